@@ -1,0 +1,36 @@
+"""foresightkv: learned KV-cache eviction for long LLM reasoning.
+
+The public API: :func:`load_model`, :func:`generate`, :func:`replay`, the policy registry and the cache config.
+"""
+
+from foresight.models import DEFAULT_MODEL, ModelLoadError, load_model, model_fingerprint
+from foresight.policies import EvictionPolicy, make_policy, policy_names, register_policy
+from foresight.runtime import (
+    CacheConfig,
+    GenerationResult,
+    ReplayResult,
+    UnsupportedModelError,
+    generate,
+    replay,
+    replay_schedule,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "CacheConfig",
+    "EvictionPolicy",
+    "GenerationResult",
+    "ModelLoadError",
+    "ReplayResult",
+    "UnsupportedModelError",
+    "generate",
+    "load_model",
+    "make_policy",
+    "model_fingerprint",
+    "policy_names",
+    "register_policy",
+    "replay",
+    "replay_schedule",
+]

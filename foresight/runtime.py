@@ -1,0 +1,404 @@
+"""The one decoding engine: budgeted generation and chunked teacher-forced replay (DESIGN.md section 1).
+
+Eviction semantics, defined once here and used by every job (generation, golden labelling, training rollouts,
+fidelity evaluation):
+
+* Budget ``B`` entries per (layer, KV head) after an eviction, interval ``W`` new tokens between evictions.
+* An event fires when the cache holds ``B + W`` entries. The candidates are the oldest ``B`` entries (all but
+  the protected newest ``W``); the policy scores them and the ``W`` lowest-scoring are evicted, so the cache
+  returns to exactly ``B``. A prompt longer than ``B`` is compressed the same way right after prefill.
+* New tokens always get their *logical* position (their index in the sequence), never the cache length; keys
+  keep the RoPE phase they were written with.
+* Replay feeds a fixed token sequence in pieces of at most ``W`` tokens that never straddle an event, so it
+  evicts at exactly the same points as token-by-token decoding does; see :func:`replay_schedule`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from foresight.attention import activate
+from foresight.cache import BudgetedCache
+from foresight.policies import EvictionPolicy, make_policy
+
+#: Model types whose attention layers call ``past_key_values.update`` and the attention interface with
+#: post-RoPE queries (the contract the runtime relies on). Sliding-window layers are not supported.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+
+
+class UnsupportedModelError(ValueError):
+    pass
+
+
+def check_supported(model) -> None:
+    """Raise :class:`UnsupportedModelError` unless the runtime can drive ``model``'s KV cache."""
+    cfg = model.config
+    if cfg.model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"model type {cfg.model_type!r} is not supported by the budgeted runtime; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (decoder-only, full attention, RoPE, dense KV cache)"
+        )
+    layer_types = getattr(cfg, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise UnsupportedModelError(
+            f"{cfg.model_type} with layer types {sorted(set(layer_types))}: only full-attention layers are "
+            "supported (sliding-window and linear-attention layers have their own cache layout)"
+        )
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """Budget ``B``, interval ``W``, sink tokens and prompt protection, validated on construction.
+
+    ``budget=None`` means an unbounded cache (the ``full`` reference).
+    """
+
+    budget: int | None = None
+    interval: int | None = None
+    sinks: int = 0
+    protect_prompt: bool = False
+
+    def __post_init__(self):
+        if self.budget is None:
+            return
+        if not isinstance(self.budget, int) or self.budget <= 0:
+            raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
+        if self.interval is None:
+            object.__setattr__(self, "interval", max(1, self.budget // 4))
+        if not isinstance(self.interval, int) or self.interval <= 0:
+            raise ValueError(f"interval must be a positive integer, got {self.interval!r}")
+        if self.interval >= self.budget:
+            raise ValueError(
+                f"interval ({self.interval}) must be smaller than budget ({self.budget}): the newest W entries "
+                "are protected, so the budget must leave room for candidates to keep"
+            )
+        if self.sinks < 0 or self.sinks > self.budget - self.interval:
+            raise ValueError(f"sinks must be in [0, budget - interval], got {self.sinks}")
+
+
+def model_shape(model) -> tuple[int, int, int]:
+    """(layers, query heads, KV heads) of a model."""
+    cfg = model.config
+    hq = cfg.num_attention_heads
+    return cfg.num_hidden_layers, hq, getattr(cfg, "num_key_value_heads", None) or hq
+
+
+def resolve_policy(policy: str | EvictionPolicy, **policy_kwargs) -> EvictionPolicy:
+    return make_policy(policy, **policy_kwargs) if isinstance(policy, str) else policy
+
+
+def new_cache(model, policy: EvictionPolicy, cfg: CacheConfig, batch_size: int, **meta) -> BudgetedCache:
+    """A fresh :class:`BudgetedCache` for ``model`` with ``policy`` reset for ``batch_size`` rows."""
+    check_supported(model)
+    num_layers, hq, hkv = model_shape(model)
+    budget = cfg.budget if policy.evicts else None
+    policy.reset(batch_size, num_layers, model.device, num_groups=hq // hkv, **meta)
+    return BudgetedCache(num_layers, policy, budget, cfg.interval, sinks=cfg.sinks, num_groups=hq // hkv)
+
+
+def _forward(model, cache: BudgetedCache, input_ids, positions, valid, logits_to_keep: int = 0):
+    cache.begin_step(positions, valid)
+    out = model(
+        input_ids=input_ids,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=logits_to_keep,
+    )
+    cache.end_step()
+    return out.logits
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Generation
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GenerationResult:
+    """Output of :func:`generate`.
+
+    ``sequences`` is (batch, prompt_len + new) like ``model.generate`` (prompt left-padded, finished rows padded
+    with ``pad_token_id``); ``token_ids`` the generated ids per row up to and including EOS; ``texts`` their
+    decoding; ``stats`` the cache statistics.
+    """
+
+    texts: list[str]
+    token_ids: list[list[int]]
+    sequences: torch.Tensor
+    prompt_lengths: list[int]
+    stats: dict = field(default_factory=dict)
+
+
+def _sampling_processors(temperature: float, top_k: int, top_p: float):
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    procs = LogitsProcessorList()
+    if temperature != 1.0:
+        procs.append(TemperatureLogitsWarper(temperature))
+    if top_k and top_k > 0:
+        procs.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        procs.append(TopPLogitsWarper(top_p))
+    return procs
+
+
+def _encode_prompts(tokenizer, prompts, device):
+    if isinstance(prompts, str):
+        prompts = [prompts]
+    if prompts and isinstance(prompts[0], str):
+        tokenizer.padding_side = "left"
+        enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+        return enc["input_ids"].to(device), enc["attention_mask"].to(device)
+    seqs = [list(p) for p in prompts]
+    width = max(len(s) for s in seqs)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=device)
+    return ids, mask
+
+
+@torch.inference_mode()
+def generate(
+    model,
+    tokenizer,
+    prompts: str | Sequence[str] | Sequence[Sequence[int]],
+    policy: str | EvictionPolicy = "full",
+    budget: int | None = None,
+    interval: int | None = None,
+    max_new_tokens: int = 256,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int | None = None,
+    sinks: int = 0,
+    protect_prompt: bool = False,
+    stop_on_eos: bool = True,
+    progress: bool = False,
+    policy_kwargs: dict | None = None,
+) -> GenerationResult:
+    """Generate continuations of ``prompts`` with a KV cache bounded by ``budget`` under ``policy``.
+
+    Parameters
+    ----------
+    prompts
+        A string, a list of strings (tokenised with left padding) or a list of token-id lists.
+    policy
+        A registered name (``foresight policies``) or an :class:`EvictionPolicy` instance.
+    budget, interval
+        B and W (DESIGN.md section 1). ``budget=None`` keeps the full cache.
+    do_sample, temperature, top_p, top_k, seed
+        Greedy by default; sampling uses transformers' logits warpers and a seeded generator.
+    sinks
+        Never evict the first ``sinks`` positions.
+    protect_prompt
+        Leave the prompt uncompressed: prompt entries are never evicted and the budget applies to the
+        generated tokens on top of the (longest) prompt.
+    """
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if do_sample and temperature <= 0:
+        raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    cfg = CacheConfig(budget, interval, sinks, protect_prompt)
+    policy = resolve_policy(policy, **(policy_kwargs or {}))
+    device = model.device
+    input_ids, attn = _encode_prompts(tokenizer, prompts, device)
+    batch, plen = input_ids.shape
+    prompt_lengths = attn.sum(-1).tolist()
+    cache = new_cache(model, policy, cfg, batch)
+    if cache.budget is not None and protect_prompt:
+        cache.protect_len = attn.sum(-1)
+        cache.budget = cfg.budget + plen
+    eos = _eos_ids(model, tokenizer) if stop_on_eos else set()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    gen = torch.Generator(device=device)
+    if seed is not None:
+        gen.manual_seed(seed)
+    procs = _sampling_processors(temperature, top_k, top_p) if do_sample else None
+
+    with activate(model, cache):
+        positions = (attn.long().cumsum(-1) - 1).clamp_(min=0)
+        logits = _forward(model, cache, input_ids, positions, attn.bool(), logits_to_keep=1)
+        if cache.budget is not None and cache.length > cache.budget:
+            cache.evict(cache.budget, min(cfg.interval, cache.length - 1))
+        next_pos = positions[:, -1] + 1
+        out = input_ids
+        finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        eos_t = torch.tensor(sorted(eos), device=device) if eos else None
+        ones = torch.ones(batch, 1, dtype=torch.bool, device=device)
+        bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
+        for step in range(max_new_tokens):
+            scores = logits[:, -1, :].float()
+            if do_sample:
+                scores = procs(out, scores)
+                token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=gen).squeeze(1)
+            else:
+                token = scores.argmax(dim=-1)
+            token = torch.where(finished, torch.full_like(token, pad_id), token)
+            out = torch.cat([out, token[:, None]], dim=-1)
+            if eos_t is not None:
+                finished |= torch.isin(token, eos_t)
+            bar.update(1)
+            if step == max_new_tokens - 1 or bool(finished.all()):
+                break
+            logits = _forward(model, cache, token[:, None], next_pos[:, None], ones)
+            next_pos = next_pos + 1
+            if cache.budget is not None and cache.length >= cache.budget + cfg.interval:
+                cache.evict(cache.budget, cfg.interval)
+        bar.close()
+
+    token_ids = []
+    for row in out[:, plen:].tolist():
+        ids = []
+        for t in row:
+            ids.append(t)
+            if t in eos:
+                break
+        token_ids.append(ids)
+    texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    stats = {**cache.stats(), "policy": policy.name, "budget": cfg.budget, "interval": cfg.interval}
+    return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    if ids is None:
+        return set()
+    return {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Chunked teacher-forced replay
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def replay_schedule(length: int, budget: int | None, interval: int | None, chunk: int | None = None):
+    """Pieces ``(start, end, evict_after)`` in which replay feeds a sequence of ``length`` tokens.
+
+    Pieces hold at most ``chunk`` tokens (default ``W``) and end exactly where decoding would evict: the first
+    event after token ``B + W``, then every ``W`` tokens. Golden labelling uses the same schedule, so the
+    oracle's blocks and the replay's events coincide.
+    """
+    if budget is None:
+        step = chunk or interval or 64
+        return [(s, min(s + step, length), False) for s in range(0, length, step)]
+    chunk = chunk or interval
+    pieces, pos, next_event = [], 0, budget + interval
+    while pos < length:
+        end = min(pos + chunk, next_event, length)
+        fire = end == next_event
+        pieces.append((pos, end, fire))
+        if fire:
+            next_event += interval
+        pos = end
+    return pieces
+
+
+@dataclass
+class ReplayResult:
+    """Per-token cross-entropy and next-token entropy from :func:`replay`.
+
+    ``ce[b, i]`` is ``-log p(x[i+1] | x[:i+1])`` under the evicted cache (NaN past a row's length);
+    ``entropy[b, i]`` the entropy of that next-token distribution. Both (batch, N-1), fp32, on CPU.
+    """
+
+    ce: torch.Tensor
+    entropy: torch.Tensor
+    lengths: list[int]
+    stats: dict = field(default_factory=dict)
+
+
+LogitsHook = Callable[[int, int, torch.Tensor], None]
+
+
+@torch.inference_mode()
+def replay(
+    model,
+    sequences: torch.Tensor | Sequence[Sequence[int]],
+    policy: str | EvictionPolicy = "full",
+    budget: int | None = None,
+    interval: int | None = None,
+    sinks: int = 0,
+    chunk: int | None = None,
+    on_logits: LogitsHook | None = None,
+    progress: bool = False,
+    policy_kwargs: dict | None = None,
+    pad_token_id: int = 0,
+    **meta,
+) -> ReplayResult:
+    """Teacher-forced replay of fixed token sequences under an eviction policy.
+
+    Feeds the sequences in pieces of at most ``chunk`` (default ``W``) tokens; each piece attends to the evicted
+    cache plus itself causally, and the cache is evicted after every piece that reaches an event (see
+    :func:`replay_schedule`). With ``chunk=1`` this is token-by-token decoding, and the results agree.
+
+    Parameters
+    ----------
+    sequences
+        (batch, N) token ids or a list of id lists (right-padded internally; padding only follows real tokens,
+        so it never influences them).
+    on_logits
+        Optional hook ``f(start, end, logits)`` called with each piece's fp32 logits (batch, end-start, V), for
+        metrics that need whole distributions (KL, top-1 agreement).
+    meta
+        Passed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
+    """
+    cfg = CacheConfig(budget, interval, sinks)
+    policy = resolve_policy(policy, **(policy_kwargs or {}))
+    device = model.device
+    if isinstance(sequences, torch.Tensor):
+        ids = sequences.to(device)
+        if ids.dim() == 1:
+            ids = ids[None]
+        lengths = [ids.shape[1]] * ids.shape[0]
+    else:
+        lengths = [len(s) for s in sequences]
+        width = max(lengths)
+        ids = torch.tensor([list(s) + [pad_token_id] * (width - len(s)) for s in sequences], device=device)
+    batch, n = ids.shape
+    cache = new_cache(model, policy, cfg, batch, **meta)
+    ce = torch.full((batch, max(n - 1, 0)), float("nan"))
+    ent = torch.full_like(ce, float("nan"))
+    pieces = replay_schedule(n, cache.budget, cfg.interval, chunk)
+    positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
+    with activate(model, cache):
+        for start, end, fire in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
+            logits = _forward(
+                model,
+                cache,
+                ids[:, start:end],
+                positions_all[:, start:end],
+                torch.ones(batch, end - start, dtype=torch.bool, device=device),
+            ).float()
+            if on_logits is not None:
+                on_logits(start, end, logits)
+            stop = min(end, n - 1)
+            if stop > start:
+                lp = torch.log_softmax(logits[:, : stop - start], dim=-1)
+                target = ids[:, start + 1 : stop + 1]
+                ce[:, start:stop] = -lp.gather(-1, target[..., None]).squeeze(-1).cpu()
+                ent[:, start:stop] = -(lp.exp() * lp).sum(-1).cpu()
+            if fire:
+                cache.evict(cache.budget, cfg.interval)
+    for b, length in enumerate(lengths):
+        ce[b, max(length - 1, 0) :] = float("nan")
+        ent[b, max(length - 1, 0) :] = float("nan")
+    stats = {**cache.stats(), "policy": policy.name, "budget": cfg.budget, "interval": cfg.interval}
+    return ReplayResult(ce, ent, lengths, stats)
+
+
+def full_forward_ce(model, ids: torch.Tensor) -> torch.Tensor:
+    """Reference: per-token CE of one plain full-attention forward pass, (batch, N-1) on CPU."""
+    with torch.inference_mode():
+        logits = model(input_ids=ids.to(model.device)).logits.float()
+    return F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:].to(model.device), reduction="none").cpu()
