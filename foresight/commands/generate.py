@@ -1,0 +1,75 @@
+"""``foresight generate``: generate text under a KV budget and print cache statistics."""
+
+from __future__ import annotations
+
+import time
+
+from foresight.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("generate", help="generate text with a budgeted KV cache")
+    add_model_args(p)
+    p.add_argument("--prompt", action="append", required=True, help="prompt text (repeat for a batch)")
+    p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    add_policy_args(p)
+    add_cache_args(p, budget_default=None, interval_default=None)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--temperature", type=float, default=None, help="sample with this temperature (default greedy)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import foresight
+    from foresight.policies import make_policy
+    from foresight.runtime import CacheConfig
+
+    policy = make_policy(args.policy, **policy_kwargs(args))  # validate before loading the model
+    if policy.evicts and args.budget is None:
+        raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    CacheConfig(args.budget, args.interval, args.sinks)
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    prompts = args.prompt
+    if args.chat:
+        prompts = [
+            tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+    t0 = time.perf_counter()
+    res = foresight.generate(
+        model,
+        tok,
+        prompts,
+        policy=policy,
+        budget=args.budget,
+        interval=args.interval,
+        sinks=args.sinks,
+        max_new_tokens=args.max_new_tokens,
+        do_sample=args.temperature is not None,
+        temperature=args.temperature or 1.0,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+    )
+    elapsed = time.perf_counter() - t0
+    new_tokens = sum(len(t) for t in res.token_ids)
+    stats = {**res.stats, "new_tokens": new_tokens, "seconds": round(elapsed, 3),
+             "tokens_per_s": round(new_tokens / elapsed, 2) if elapsed else None}
+    if args.json:
+        print_json({"texts": res.texts, "token_ids": res.token_ids, "stats": stats})
+        return 0
+    for i, text in enumerate(res.texts):
+        if len(res.texts) > 1:
+            print(f"--- [{i}]")
+        print(text)
+    peak = stats["peak_entries"]
+    print(
+        f"\n[{stats['policy']}] budget={stats['budget']} interval={stats['interval']} "
+        f"new_tokens={new_tokens} peak_entries/layer={max(peak)} final_entries={stats['final_entries']} "
+        f"evictions={stats['evictions']} {stats['tokens_per_s']} tok/s"
+    )
+    return 0
