@@ -177,7 +177,7 @@ def generate(
     temperature: float = 1.0,
     top_p: float = 1.0,
     top_k: int = 0,
-    seed: int | None = None,
+    seed: int | Sequence[int] | None = None,
     sinks: int = 0,
     protect_prompt: bool = False,
     stop_on_eos: bool = True,
@@ -195,7 +195,9 @@ def generate(
     budget, interval
         B and W (DESIGN.md section 1). ``budget=None`` keeps the full cache.
     do_sample, temperature, top_p, top_k, seed
-        Greedy by default; sampling uses transformers' logits warpers and a seeded generator.
+        Greedy by default; sampling uses transformers' logits warpers and a seeded generator. ``seed`` may be
+        a list with one seed per row: each row then samples from its own generator, so a row's tokens do not
+        depend on which other rows share its batch (used for reproducible trace sampling).
     sinks
         Never evict the first ``sinks`` positions.
     protect_prompt
@@ -221,8 +223,13 @@ def generate(
     eos = _eos_ids(model, tokenizer) if stop_on_eos else set()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen = torch.Generator(device=device)
-    if seed is not None:
+    row_gens = None
+    if isinstance(seed, int):
         gen.manual_seed(seed)
+    elif seed is not None:
+        if len(seed) != batch:
+            raise ValueError(f"got {len(seed)} per-row seeds for {batch} prompts")
+        row_gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seed]
     procs = _sampling_processors(temperature, top_k, top_p) if do_sample else None
 
     with activate(model, cache):
@@ -240,7 +247,12 @@ def generate(
             scores = logits[:, -1, :].float()
             if do_sample:
                 scores = procs(out, scores)
-                token = torch.multinomial(torch.softmax(scores, dim=-1), 1, generator=gen).squeeze(1)
+                probs = torch.softmax(scores, dim=-1)
+                if row_gens is None:
+                    token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+                else:
+                    rows = [torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(row_gens)]
+                    token = torch.cat(rows).squeeze(1)
             else:
                 token = scores.argmax(dim=-1)
             token = torch.where(finished, torch.full_like(token, pad_id), token)
