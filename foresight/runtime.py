@@ -98,6 +98,8 @@ def new_cache(model, policy: EvictionPolicy, cfg: CacheConfig, batch_size: int, 
     check_supported(model)
     num_layers, hq, hkv = model_shape(model)
     budget = cfg.budget if policy.evicts else None
+    if budget is not None:
+        policy.check_cache(cfg.budget, cfg.interval)
     policy.reset(batch_size, num_layers, model.device, num_groups=hq // hkv, **meta)
     return BudgetedCache(num_layers, policy, budget, cfg.interval, sinks=cfg.sinks, num_groups=hq // hkv)
 

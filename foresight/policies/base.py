@@ -34,6 +34,9 @@ class EvictionPolicy:
     def reset(self, batch_size: int, num_layers: int, device: torch.device, **meta) -> None:
         """Start a new batch of sequences; ``meta`` carries optional per-row context (e.g. trace ids)."""
 
+    def check_cache(self, budget: int | None, interval: int | None) -> None:
+        """Raise ``ValueError`` if the policy cannot run with budget ``B`` / interval ``W`` (default: any)."""
+
     def observe(self, view: StepView) -> None:
         """See one layer's new queries (only when ``observes`` is True)."""
 
