@@ -1,0 +1,77 @@
+"""Model loading: built-in names, error paths, the cached GGUF conversion."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+import foresight
+from foresight.models import ModelLoadError, build_tiny_model
+
+
+def test_tiny_models_are_deterministic():
+    a, _ = build_tiny_model("tiny-qwen2")
+    b, _ = build_tiny_model("tiny-qwen2")
+    for (na, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+        assert torch.equal(pa, pb), na
+
+
+def test_byte_tokenizer_round_trip():
+    _, tok = build_tiny_model("tiny-llama")
+    text = "x = 3/4 → \\boxed{7}"
+    assert tok.decode(tok(text)["input_ids"]) == text
+    chat = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat.endswith("<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize(
+    "name,match",
+    [
+        ("no-such-model", "Unknown model"),
+        ("./does/not/exist", "not found"),
+        ("/tmp/definitely-missing.gguf", "GGUF file not found"),
+    ],
+)
+def test_load_errors(name, match):
+    with pytest.raises(ModelLoadError, match=match):
+        foresight.load_model(name)
+
+
+def test_directory_without_config(tmp_path):
+    with pytest.raises(ModelLoadError, match="config.json"):
+        foresight.load_model(str(tmp_path))
+
+
+def test_gguf_without_gguf_package(monkeypatch, tmp_path):
+    fake = tmp_path / "m.gguf"
+    fake.write_bytes(b"GGUF")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real(n, *a))
+    with pytest.raises(ModelLoadError, match="needs the 'gguf' package"):
+        foresight.load_model(str(fake))
+
+
+def test_local_directory_round_trip(tmp_path):
+    model, tok = build_tiny_model("tiny-llama")
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, ltok = foresight.load_model(str(tmp_path), device="cpu")
+    ids = torch.tensor([[5, 6, 7, 8]])
+    torch.testing.assert_close(loaded(ids).logits, model(ids).logits)
+    assert ltok.padding_side == "left"
+
+
+@pytest.mark.slow
+def test_default_model_loads_from_cached_copy(smollm2):
+    import time
+
+    from foresight.models import cache_dir
+
+    model, tok = smollm2
+    assert (cache_dir() / "models" / "smollm2-135m" / "model.safetensors").exists()
+    assert model.config.num_key_value_heads == 3 and model.config.num_hidden_layers == 30
+    t0 = time.perf_counter()
+    foresight.load_model("smollm2-135m", device="cpu")
+    assert time.perf_counter() - t0 < 15  # seconds, not the ~18-40 s of a fresh GGUF dequantisation
