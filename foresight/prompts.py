@@ -1,0 +1,47 @@
+"""Prompt construction: the model's chat template around a reasoning instruction.
+
+The instruction text is a template with a ``{problem}`` placeholder (substituted literally, so the template
+may contain other braces such as ``\\boxed{}``). The default asks for step-by-step reasoning and the final
+answer in ``\\boxed{}``, the format the answer grader extracts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from foresight.errors import ForesightError
+
+PLACEHOLDER = "{problem}"
+DEFAULT_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{}."
+
+
+def load_template(template: str | None) -> str:
+    """Return the template text: ``None`` → default, an existing file path → its content, else the string."""
+    if template is None:
+        return DEFAULT_TEMPLATE
+    if PLACEHOLDER not in template and "\n" not in template and Path(template).expanduser().is_file():
+        template = Path(template).expanduser().read_text()
+    if PLACEHOLDER not in template:
+        raise ForesightError(f"prompt template must contain the placeholder {PLACEHOLDER}: {template[:80]!r}")
+    return template
+
+
+def build_prompt(tokenizer, problem_text: str, template: str | None = None) -> str:
+    """The full prompt string for one problem: chat template (when the tokenizer has one) + instruction.
+
+    Parameters
+    ----------
+    tokenizer
+        The model's tokenizer; its chat template wraps the message as a user turn with the assistant turn
+        opened (``add_generation_prompt=True``). Tokenizers without a chat template get the plain text.
+    problem_text
+        The problem statement.
+    template
+        Instruction template (text or file path) with a ``{problem}`` placeholder; default :data:`DEFAULT_TEMPLATE`.
+    """
+    content = load_template(template).replace(PLACEHOLDER, problem_text)
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+        )
+    return content

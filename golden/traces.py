@@ -1,0 +1,241 @@
+"""Reasoning traces: sample model answers to problems into a resumable, sharded ``datasets`` dataset.
+
+A trace is one sampled answer: ``input_ids`` = prompt tokens + generated tokens (up to and including EOS).
+Work is split into units of ``batch_size`` (problem, sample) pairs, each unit written as one Arrow shard
+(see :mod:`golden.sharding` for resumption and multi-rank sharding). Sampling is seeded per trace from
+``(seed, problem id, sample)``, so a trace does not depend on the rank that produced it or on a resume.
+
+Columns of :func:`load_traces`: ``trace_id`` (``"<problem_id>#<sample>"``), ``problem_id``, ``sample``,
+``input_ids``, ``prompt_len``, ``answer``, ``settings`` (JSON), ``fingerprint`` (JSON of
+:func:`foresight.model_fingerprint`), plus ``problem`` (text) and ``finished`` (ended with EOS).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+from tqdm.auto import tqdm
+
+from foresight.data import Problem
+from foresight.errors import ForesightError
+from foresight.models import model_fingerprint
+from foresight.prompts import build_prompt, load_template
+from golden.sharding import (
+    SHARDS_DIR,
+    atomic_output,
+    clean_stale,
+    ensure_plan,
+    my_units,
+    rank_world,
+    read_plan,
+    shard_path,
+)
+
+PLAN_KIND = "foresight-traces"
+
+
+def trace_id(problem_id: str, sample: int) -> str:
+    return f"{problem_id}#{sample}"
+
+
+def trace_seed(seed: int, problem_id: str, sample: int) -> int:
+    """Per-trace sampling seed derived from the run seed, the problem id and the sample index."""
+    digest = hashlib.sha256(f"{seed}\x00{problem_id}\x00{sample}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def _features():
+    import datasets
+
+    return datasets.Features(
+        {
+            "trace_id": datasets.Value("string"),
+            "problem_id": datasets.Value("string"),
+            "sample": datasets.Value("int32"),
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "prompt_len": datasets.Value("int32"),
+            "answer": datasets.Value("string"),
+            "problem": datasets.Value("string"),
+            "finished": datasets.Value("bool"),
+            "settings": datasets.Value("string"),
+            "fingerprint": datasets.Value("string"),
+        }
+    )
+
+
+def _shard_name(index: int) -> str:
+    return f"traces-{index:05d}"
+
+
+def generate_traces(
+    model,
+    tokenizer,
+    problems: Sequence[Problem],
+    out_dir: str | Path,
+    *,
+    samples: int = 1,
+    max_new_tokens: int = 1024,
+    temperature: float = 0.6,
+    top_p: float = 0.95,
+    top_k: int = 20,
+    seed: int = 0,
+    batch_size: int = 8,
+    template: str | None = None,
+    progress: bool = True,
+) -> Path:
+    """Sample ``samples`` traces per problem into ``out_dir`` (resumable, sharded across ranks).
+
+    Parameters
+    ----------
+    problems
+        From :func:`foresight.data.load_problems`; ids must be unique.
+    samples, max_new_tokens, temperature, top_p, top_k, seed
+        Sampling settings (``temperature=0`` decodes greedily). Each trace is sampled with its own generator
+        seeded by :func:`trace_seed`.
+    batch_size
+        Traces generated together; also the size of one work unit / shard.
+    template
+        Prompt instruction template (text or file) for :func:`foresight.prompts.build_prompt`.
+
+    Returns
+    -------
+    Path
+        ``out_dir``; read it with :func:`load_traces`.
+    """
+    from foresight.runtime import generate
+
+    if samples < 1 or batch_size < 1 or max_new_tokens < 1:
+        raise ValueError("samples, batch_size and max_new_tokens must be >= 1")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    ids = [p.id for p in problems]
+    if len(set(ids)) != len(ids):
+        raise ForesightError("problem ids must be unique")
+    if not problems:
+        raise ForesightError("no problems to trace")
+    template_text = load_template(template)
+    settings = {
+        "samples": samples,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "top_p": top_p,
+        "top_k": top_k,
+        "seed": seed,
+        "template": template_text,
+    }
+    fingerprint = model_fingerprint(model)
+    work = [(p, s) for p in problems for s in range(samples)]
+    units = [work[i : i + batch_size] for i in range(0, len(work), batch_size)]
+    plan = {
+        "kind": PLAN_KIND,
+        "version": 1,
+        "fingerprint": fingerprint,
+        "settings": settings,
+        "batch_size": batch_size,
+        "units": [
+            {"shard": _shard_name(i), "trace_ids": [trace_id(p.id, s) for p, s in unit]} for i, unit in enumerate(units)
+        ],
+    }
+    out = Path(out_dir)
+    ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units"))
+    rank, world = rank_world()
+    mine = my_units(len(units), rank, world)
+    clean_stale(out, [_shard_name(i) for i in mine])
+    todo = [i for i in mine if not shard_path(out, _shard_name(i)).exists()]
+    settings_json = json.dumps(settings, sort_keys=True)
+    fingerprint_json = json.dumps(fingerprint, sort_keys=True)
+    eos = _eos_ids(model, tokenizer)
+    desc = "trace" if world == 1 else f"trace[rank {rank}/{world}]"
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=desc, unit="shard", disable=not progress)
+    for i in todo:
+        unit = units[i]
+        prompts = [tokenizer(build_prompt(tokenizer, p.problem, template_text))["input_ids"] for p, _ in unit]
+        res = generate(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            do_sample=temperature > 0,
+            temperature=temperature if temperature > 0 else 1.0,
+            top_p=top_p,
+            top_k=top_k,
+            seed=[trace_seed(seed, p.id, s) for p, s in unit],
+        )
+        rows = {name: [] for name in _features()}
+        for (p, s), prompt, gen in zip(unit, prompts, res.token_ids):
+            rows["trace_id"].append(trace_id(p.id, s))
+            rows["problem_id"].append(p.id)
+            rows["sample"].append(s)
+            rows["input_ids"].append(list(prompt) + list(gen))
+            rows["prompt_len"].append(len(prompt))
+            rows["answer"].append(p.answer)
+            rows["problem"].append(p.problem)
+            rows["finished"].append(bool(gen) and gen[-1] in eos)
+            rows["settings"].append(settings_json)
+            rows["fingerprint"].append(fingerprint_json)
+        _write_shard(out, _shard_name(i), rows)
+        bar.update(1)
+    bar.close()
+    return out
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = tokenizer.eos_token_id if ids is None else ids
+    return set() if ids is None else {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+
+
+def _write_shard(out: Path, name: str, rows: dict) -> None:
+    import datasets
+
+    from datasets.utils import tqdm as ds_tqdm
+
+    ds = datasets.Dataset.from_dict(rows, features=_features())
+    was_enabled = not ds_tqdm.are_progress_bars_disabled()
+    ds_tqdm.disable_progress_bars()  # one bar per shard would drown ours
+    try:
+        with atomic_output(shard_path(out, name)) as tmp:
+            ds.save_to_disk(str(tmp))
+    finally:
+        if was_enabled:
+            ds_tqdm.enable_progress_bars()
+
+
+def trace_progress(path: str | Path) -> tuple[int, int]:
+    """(finished shards, planned shards) of a trace directory."""
+    plan = read_plan(path)
+    if plan is None:
+        raise ForesightError(f"{path} is not a trace directory (no plan.json)")
+    done = sum(shard_path(path, u["shard"]).exists() for u in plan["units"])
+    return done, len(plan["units"])
+
+
+def load_traces(path: str | Path):
+    """Load the finished traces of ``path`` as one ``datasets.Dataset``, shards concatenated in plan order.
+
+    ``path`` is a directory written by :func:`generate_traces` (``foresight trace``), or any dataset saved
+    with ``Dataset.save_to_disk`` that has the trace columns.
+    """
+    import datasets
+
+    path = Path(path)
+    if not path.exists():
+        raise ForesightError(f"trace directory not found: {path}")
+    plan = read_plan(path)
+    if plan is None:
+        if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
+            return datasets.load_from_disk(str(path))
+        raise ForesightError(f"{path} holds no traces (no {path / 'plan.json'}); run `foresight trace` first")
+    if plan.get("kind") != PLAN_KIND:
+        raise ForesightError(f"{path} holds {plan.get('kind')!r} output, not traces")
+    parts = [
+        datasets.load_from_disk(str(shard_path(path, u["shard"])))
+        for u in plan["units"]
+        if shard_path(path, u["shard"]).exists()
+    ]
+    if not parts:
+        raise ForesightError(f"{path} has no finished trace shards yet (under {path / SHARDS_DIR})")
+    return datasets.concatenate_datasets(parts)
