@@ -238,6 +238,11 @@ class BudgetedCache(Cache):
         if not getattr(self.policy, "observes", False):
             return
         layer = self.layers[layer_idx]
+        q, n = query.shape[2], keys.shape[2]
+        mask = self.attention_mask(layer_idx, q, query.dtype)
+        if mask is None and q > 1:
+            # SDPA runs this step with is_causal=True and no mask; the policy's probabilities must be causal too.
+            mask = _chunk_causal(q, n, keys.device)[None, None]
         view = StepView(
             layer_idx=layer_idx,
             query=query,
@@ -246,7 +251,7 @@ class BudgetedCache(Cache):
             positions=layer.positions,
             valid=layer.valid,
             query_positions=self._step_pos,
-            mask=self.attention_mask(layer_idx, query.shape[2], query.dtype),
+            mask=mask,
             step=self.step,
         )
         self.policy.observe(view)
