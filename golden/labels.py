@@ -21,7 +21,7 @@ from foresight.errors import ForesightError
 FORMAT = "foresight-golden-labels/1"
 
 
-class LabelMismatchError(ForesightError):
+class LabelMismatchError(ForesightError, ValueError):
     """Labels used with a model, budget or interval other than the ones they were made for."""
 
 

@@ -191,17 +191,15 @@ def _eos_ids(model, tokenizer) -> set[int]:
 def _write_shard(out: Path, name: str, rows: dict) -> None:
     import datasets
 
-    from datasets.utils import tqdm as ds_tqdm
-
     ds = datasets.Dataset.from_dict(rows, features=_features())
-    was_enabled = not ds_tqdm.are_progress_bars_disabled()
-    ds_tqdm.disable_progress_bars()  # one bar per shard would drown ours
+    was_enabled = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # one bar per shard would drown ours
     try:
         with atomic_output(shard_path(out, name)) as tmp:
             ds.save_to_disk(str(tmp))
     finally:
         if was_enabled:
-            ds_tqdm.enable_progress_bars()
+            datasets.enable_progress_bars()
 
 
 def trace_progress(path: str | Path) -> tuple[int, int]:

@@ -1,0 +1,93 @@
+"""Golden Eviction replay: evict exactly what the oracle's labels say (the upper reference, replay only).
+
+ForesightKV's Golden Eviction oracle (DESIGN.md section 3); labels come from ``foresight golden``
+(:mod:`golden.oracle`). Replaying them gives the golden loss ratio that learned policies chase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from foresight.errors import ForesightError
+from foresight.policies.base import EvictionPolicy
+from foresight.policies.registry import register_policy
+
+
+@register_policy
+@dataclass
+class GoldenPolicy(EvictionPolicy):
+    """Replay Golden Eviction labels: evict the labelled positions; other candidates score their α.
+
+    Parameters
+    ----------
+    labels
+        ``{trace_id: TraceLabels}``, a list of ``TraceLabels``, or a path accepted by
+        :func:`golden.labels.load_labels`. Pass the batch's ``trace_ids=[...]`` to
+        :func:`foresight.replay`; rows past the end of their trace's events (padding) fall back to recency.
+    """
+
+    name = "golden"
+    replay_only = True
+    labels: Any = None
+    _by_id: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self):
+        from golden.labels import TraceLabels, load_labels
+
+        labels = self.labels
+        if labels is None:
+            raise ValueError("the golden policy needs labels=<dict, list of TraceLabels or path>")
+        if isinstance(labels, (str, Path)):
+            labels = load_labels(labels)
+        if isinstance(labels, TraceLabels):
+            labels = [labels]
+        if not isinstance(labels, dict):
+            labels = {lab.trace_id: lab for lab in labels}
+        if not labels:
+            raise ValueError("the golden policy got no labels")
+        self._by_id = labels
+        self._settings = {(lab.budget, lab.interval) for lab in labels.values()}
+
+    def config(self) -> dict:
+        return {"labels": f"<{len(self._by_id)} traces>"}
+
+    def check_cache(self, budget, interval):
+        from golden.labels import LabelMismatchError
+
+        if {(budget, interval)} != self._settings:
+            have = ", ".join(f"B={b} W={w}" for b, w in sorted(self._settings))
+            raise LabelMismatchError(f"golden labels were made for {have}; this replay uses B={budget} W={interval}")
+
+    def reset(self, batch_size, num_layers, device, trace_ids=None, **meta):
+        if trace_ids is None:
+            raise ForesightError("the golden policy replays labels: pass trace_ids=[...] (one per row) to replay")
+        trace_ids = list(trace_ids)
+        if len(trace_ids) != batch_size:
+            raise ForesightError(f"got {len(trace_ids)} trace_ids for a batch of {batch_size}")
+        missing = [t for t in trace_ids if t not in self._by_id]
+        if missing:
+            raise ForesightError(f"no golden labels for trace(s) {', '.join(map(str, missing[:5]))}")
+        self._rows = [self._by_id[t] for t in trace_ids]
+
+    def score(self, view):
+        cand_pos = view.candidate_positions  # (batch, Hkv, C)
+        scores = cand_pos.float().clone()  # recency fallback for rows whose trace has ended
+        for b, lab in enumerate(self._rows):
+            if view.event >= len(lab.events):
+                continue
+            ev = lab.events[view.event]
+            cand = ev.candidates[view.layer_idx].to(cand_pos.device)
+            if cand.shape != cand_pos[b].shape or not torch.equal(cand, cand_pos[b]):
+                raise ForesightError(
+                    f"golden labels of trace {lab.trace_id!r} do not match the replayed cache at event "
+                    f"{view.event} (layer {view.layer_idx}); were they made from this exact trace with this B/W?"
+                )
+            evicted = ev.evicted[view.layer_idx].to(cand_pos.device)  # (Hkv, E)
+            is_evicted = (cand[..., :, None] == evicted[..., None, :]).any(-1)
+            row = ev.alpha[view.layer_idx].to(cand_pos.device, torch.float32)
+            scores[b] = row.masked_fill(is_evicted, float("-inf"))
+        return scores
