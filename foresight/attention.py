@@ -103,6 +103,7 @@ def attention_probs(
     qg = query.float().reshape(b, hkv, g * q, d)
     logits = torch.matmul(qg, keys.float().transpose(-1, -2)).mul_(scale).view(b, hkv, g, q, n)
     if mask is not None:
-        m = mask.view(b, -1, 1, q, n) if mask.shape[1] == 1 else mask.view(b, hkv, g, q, n)
+        mb = mask.shape[0]  # 1 for the shared chunk-causal mask, b for per-row padding masks
+        m = mask.view(mb, 1, 1, q, n) if mask.shape[1] == 1 else mask.view(mb, hkv, g, q, n)
         logits = logits.masked_fill(~m, float("-inf"))
     return torch.softmax(logits, dim=-1).nan_to_num_(0.0)
