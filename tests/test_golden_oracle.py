@@ -1,0 +1,222 @@
+"""Golden Eviction oracle: block attention vs eager attention, greedy schedule vs a naive loop, golden replay."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import pytest
+import torch
+
+from foresight import replay, replay_schedule
+from foresight.errors import ForesightError
+from foresight.policies import make_policy
+from foresight.policies.golden import GoldenPolicy
+from golden.labels import EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, save_labels
+from golden.oracle import block_attention, greedy_schedule, label_trace
+from tests.conftest import get_model
+
+
+def _ids(n: int, seed: int = 0, vocab: int = 250) -> torch.Tensor:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def naive_block_attention(model, ids: torch.Tensor, pieces) -> torch.Tensor:
+    """Eager full attention (output_attentions), averaged over the G heads of each group and block queries."""
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(ids[None], output_attentions=True)
+    finally:
+        model.set_attn_implementation("sdpa")
+    att = torch.stack([a[0].float() for a in out.attentions])  # (L, Hq, N, N): [query, key]
+    num_layers, hq, n, _ = att.shape
+    hkv = model.config.num_key_value_heads
+    att = att.view(num_layers, hkv, hq // hkv, n, n).mean(2)
+    cols = []
+    for start, end, _ in pieces:
+        cols.append(att[:, :, start:end, :].mean(2))  # mean over the block's queries -> (L, Hkv, N keys)
+    return torch.stack(cols, dim=-1)
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("budget,interval,n", [(40, 12, 150), (32, 8, 97)])
+def test_block_attention_matches_eager(name, budget, interval, n):
+    model, _ = get_model(name)
+    ids = _ids(n, seed=n)
+    abar, pieces = block_attention(model, ids, budget, interval)
+    assert pieces == replay_schedule(n, budget, interval)
+    ref = naive_block_attention(model, ids, pieces)
+    assert abar.shape == ref.shape == (2, 2, n, len(pieces))
+    torch.testing.assert_close(abar, ref, atol=2e-6, rtol=1e-5)
+    # every query's attention sums to one, so every block column does too
+    torch.testing.assert_close(abar.sum(2), torch.ones_like(abar.sum(2)))
+
+
+def test_block_attention_independent_of_chunk(tiny_llama):
+    model, _ = tiny_llama
+    ids = _ids(120, seed=3)
+    a, _ = block_attention(model, ids, 30, 10)
+    b, _ = block_attention(model, ids, 30, 10, chunk=7)
+    c, _ = block_attention(model, ids, 30, 10, chunk=64)
+    torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(a, c, atol=1e-6, rtol=1e-5)
+
+
+def naive_greedy(abar: list[list[float]], pieces, budget: int, interval: int):
+    """Plain loops over events and candidates for one head: [(end, candidates, alphas, evicted)]."""
+    nb = len(pieces)
+    cache: list[int] = []
+    events = []
+    for s, (start, end, fire) in enumerate(pieces):
+        cache += list(range(start, end))
+        if not fire:
+            continue
+        cands, newest = cache[:budget], cache[budget:]
+        alphas = []
+        for i in cands:
+            best = 0.0
+            for j in range(s + 1, nb):
+                best = max(best, abar[i][j])
+            alphas.append(best)
+        order = sorted(range(len(cands)), key=lambda c: (alphas[c], c))
+        evicted = sorted(cands[c] for c in order[:interval])
+        cache = [c for c in cands if c not in evicted] + newest
+        events.append((end, cands, alphas, evicted))
+    return events
+
+
+@pytest.mark.parametrize("budget,interval,n", [(20, 5, 120), (37, 8, 150), (16, 15, 64), (24, 8, 32)])
+@pytest.mark.parametrize("ties", [False, True])
+def test_greedy_schedule_matches_naive(budget, interval, n, ties):
+    gen = torch.Generator().manual_seed(budget * 1000 + n)
+    pieces = replay_schedule(n, budget, interval)
+    shape = (2, 3, n, len(pieces))
+    abar = torch.rand(shape, generator=gen)
+    if ties:  # few distinct values: exercises the tie-break (older entry evicted first)
+        abar = torch.randint(0, 3, shape, generator=gen).float() / 3
+    before = abar.clone()
+    events = greedy_schedule(abar, pieces, budget, interval)
+    assert torch.equal(abar, before), "greedy_schedule must not modify its input unless inplace=True"
+    n_events = sum(f for *_, f in pieces)
+    assert len(events) == n_events
+    for layer in range(2):
+        for head in range(3):
+            ref = naive_greedy(abar[layer, head].tolist(), pieces, budget, interval)
+            assert len(ref) == n_events
+            for ev, (end, cands, alphas, evicted) in zip(events, ref):
+                assert ev.end == end
+                assert ev.candidates[layer, head].tolist() == cands
+                assert ev.evicted[layer, head].tolist() == evicted
+                torch.testing.assert_close(ev.alpha[layer, head], torch.tensor(alphas), atol=0, rtol=0)
+    assert greedy_schedule(abar.clone(), pieces, budget, interval, inplace=True)[-1].evicted.equal(events[-1].evicted)
+
+
+def test_greedy_schedule_rejects_wrong_blocks():
+    pieces = replay_schedule(50, 20, 5)
+    with pytest.raises(ValueError, match="blocks"):
+        greedy_schedule(torch.rand(1, 1, 50, len(pieces) + 1), pieces, 20, 5)
+
+
+@dataclass
+class _RecordingGolden(GoldenPolicy):
+    """Golden replay that also records the cache content (positions) each step sees before its new tokens."""
+
+    observes: ClassVar[bool] = True
+
+    def reset(self, batch_size, num_layers, device, **meta):
+        super().reset(batch_size, num_layers, device, **meta)
+        self.seen: dict[tuple[int, int], torch.Tensor] = {}
+
+    def observe(self, view):
+        q = view.query.shape[2]
+        start = int(view.query_positions[0, 0])
+        self.seen[(view.layer_idx, start)] = view.positions[:, :, :-q].clone()
+
+
+def test_golden_replay_evicts_exactly_the_labels(tiny_llama):
+    model, _ = tiny_llama
+    budget, interval = 40, 12
+    seqs = [_ids(150, seed=1).tolist(), _ids(118, seed=2).tolist()]
+    labels = [label_trace(model, s, budget, interval, trace_id=f"t{i}") for i, s in enumerate(seqs)]
+    assert [len(lab.events) for lab in labels] == [sum(f for *_, f in replay_schedule(len(s), budget, interval)) for s in seqs]
+    policy = _RecordingGolden(labels=labels)
+    res = replay(model, seqs, policy=policy, budget=budget, interval=interval, trace_ids=["t0", "t1"])
+    checked = 0
+    for b, lab in enumerate(labels):
+        for ev in lab.events:
+            if ev.end >= len(seqs[b]):
+                continue  # nothing is fed after the trace's last event
+            for layer in range(2):
+                cand, evicted = ev.candidates[layer], ev.evicted[layer]
+                assert evicted.shape == (2, interval) and cand.shape == (2, budget)
+                kept = [sorted(set(cand[h].tolist()) - set(evicted[h].tolist())) for h in range(2)]
+                expected = torch.tensor([k + list(range(ev.end - interval, ev.end)) for k in kept])
+                assert torch.equal(policy.seen[(layer, ev.end)][b], expected)
+                checked += 1
+    assert checked >= 10
+    full = replay(model, seqs, policy="full")
+    tail = slice(budget + interval, None)
+    assert not torch.allclose(res.ce[0, tail], full.ce[0, tail]), "golden replay should differ from the full cache"
+
+
+def test_golden_policy_scores_are_alpha(tiny_llama):
+    model, _ = tiny_llama
+    seq = _ids(100, seed=5).tolist()
+    lab = label_trace(model, seq, 30, 10, trace_id="x")
+    ev = lab.events[0]
+    captured = {}
+
+    @dataclass
+    class Capture(GoldenPolicy):
+        def score(self, view):
+            s = super().score(view)
+            captured.setdefault((view.event, view.layer_idx), s.clone())
+            return s
+
+    replay(model, [seq], policy=Capture(labels={"x": lab}), budget=30, interval=10, trace_ids=["x"])
+    s = captured[(0, 1)][0]
+    is_ev = (ev.candidates[1][:, :, None] == ev.evicted[1][:, None, :]).any(-1)  # per KV head
+    assert is_ev.sum(-1).tolist() == [10, 10]
+    assert torch.isinf(s[is_ev]).all() and (s[is_ev] < 0).all()
+    torch.testing.assert_close(s[~is_ev], ev.alpha[1][~is_ev])
+
+
+def test_labels_roundtrip_and_checks(tmp_path, tiny_llama):
+    model, _ = tiny_llama
+    labs = [label_trace(model, _ids(90, seed=s).tolist(), 30, 10, trace_id=f"p{s}#0") for s in range(2)]
+    path = save_labels(tmp_path / "l.safetensors", labs)
+    loaded = load_labels(path)
+    assert list(loaded) == ["p0#0", "p1#0"]
+    for lab in labs:
+        got = loaded[lab.trace_id]
+        assert (got.budget, got.interval, got.fingerprint) == (30, 10, lab.fingerprint)
+        for a, b in zip(got.events, lab.events):
+            assert a.end == b.end and a.candidates.dtype == torch.long
+            assert torch.equal(a.candidates, b.candidates) and torch.equal(a.evicted, b.evicted)
+            assert torch.equal(a.alpha, b.alpha)
+    check_labels_match(loaded, model, 30, 10)
+    with pytest.raises(LabelMismatchError, match="B=30, W=10"):
+        check_labels_match(loaded, model, 30, 8)
+    other, _ = get_model("tiny-qwen3")
+    with pytest.raises(LabelMismatchError, match="tiny-llama"):
+        check_labels_match(loaded, other, 30, 10)
+
+
+def test_golden_policy_errors(tiny_llama):
+    model, _ = tiny_llama
+    seq = _ids(90, seed=7).tolist()
+    lab = label_trace(model, seq, 30, 10, trace_id="a")
+    with pytest.raises(ValueError, match="labels"):
+        make_policy("golden")
+    with pytest.raises(ForesightError, match="trace_ids"):
+        replay(model, [seq], policy=make_policy("golden", labels=[lab]), budget=30, interval=10)
+    with pytest.raises(ForesightError, match="no golden labels"):
+        replay(model, [seq], policy=make_policy("golden", labels=[lab]), budget=30, interval=10, trace_ids=["b"])
+    with pytest.raises(LabelMismatchError, match="B=30 W=10"):
+        replay(model, [seq], policy=make_policy("golden", labels=[lab]), budget=40, interval=10, trace_ids=["a"])
+    other = _ids(90, seed=8).tolist()
+    wrong = TraceLabels("a", 30, 10, lab.fingerprint, [EventLabel(e.end, e.candidates + 1, e.alpha, e.evicted) for e in lab.events])
+    with pytest.raises(ForesightError, match="do not match"):
+        replay(model, [other], policy=make_policy("golden", labels=[wrong]), budget=30, interval=10, trace_ids=["a"])
+    assert make_policy("golden", labels=[lab]).replay_only
