@@ -1,0 +1,302 @@
+"""Reasoning accuracy under a KV budget (DESIGN.md section 5): generate, extract the last ``\\boxed{}``, grade.
+
+Outputs in ``out_dir``:
+
+* ``samples-rank{R}.jsonl``: one JSON line per (problem, sample), appended and flushed as soon as its batch
+  finishes. A rerun skips every finished key (in any rank's file) and first cuts a half-written last line left by
+  a killed process, so runs are resumable. Rank ``R`` of ``WORLD_SIZE`` handles keys ``R, R + WORLD_SIZE, ...``.
+* ``settings.json``: the generation settings; a rerun with settings that change the samples is refused.
+* ``summary.json``: pass@1 (mean over problems of the fraction of correct samples), per-problem accuracy, mean
+  generated length, peak KV entries and throughput, merged over every rank file present (``complete`` tells
+  whether all expected samples are in).
+
+Sampling uses one seed per (problem, sample) (:func:`golden.traces.trace_seed`), so a sample's tokens do not
+depend on which other samples share its batch or on resumption.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Sequence
+
+from foresight.errors import ForesightError
+
+SAMPLES_GLOB = "samples-rank*.jsonl"
+#: Settings that change what a sample is; a resumed run must agree on them.
+SAMPLE_DEFINING = (
+    "model", "data", "policy", "policy_kwargs", "budget", "interval", "sinks", "temperature", "top_p", "top_k",
+    "max_new_tokens", "seed", "template",
+)
+
+
+def add_accuracy_args(p) -> None:
+    p.add_argument("--data", default="aime24", help="aime24, aime25, math500, synthetic or a JSONL path")
+    p.add_argument("--policy", default="full", help="policy name (see `foresight policies`)")
+    p.add_argument("--policy-arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="policy hyperparameter (repeatable)")
+    p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
+    p.add_argument("--budget", type=int, default=None, help="B (required unless --policy full)")
+    p.add_argument("--interval", type=int, default=None, help="W (default B/4)")
+    p.add_argument("--sinks", type=int, default=0)
+    p.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean over them)")
+    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=0.95)
+    p.add_argument("--top-k", type=int, default=20)
+    p.add_argument("--max-new-tokens", type=int, default=32768)
+    p.add_argument("--batch-size", type=int, default=8, help="samples generated together")
+    p.add_argument("--limit", type=int, default=None, help="first N problems only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--template", default=None, help="prompt template (text or file) with {problem}")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def sample_key(problem_id: str, sample: int) -> str:
+    return f"{problem_id}#{sample}"
+
+
+def repair_jsonl(path: Path) -> None:
+    """Cut a partial last line (a process killed mid-write) so appended records start on a fresh line."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        cut = data.rfind(b"\n") + 1
+        with path.open("r+b") as f:
+            f.truncate(cut)
+
+
+def read_records(out_dir: str | Path) -> list[dict]:
+    """Every complete record of every rank file in ``out_dir`` (first occurrence of a key wins)."""
+    seen, out = set(), []
+    for path in sorted(Path(out_dir).glob(SAMPLES_GLOB)):
+        with path.open() as f:
+            for line in f:
+                if not line.endswith("\n"):
+                    break  # partial last line of a killed run
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                key = sample_key(rec["problem_id"], rec["sample"])
+                if key not in seen:
+                    seen.add(key)
+                    out.append(rec)
+    return out
+
+
+def _check_settings(out: Path, settings: dict) -> None:
+    path = out / "settings.json"
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = [k for k in SAMPLE_DEFINING if old.get(k) != settings.get(k)]
+        if diff and any(out.glob(SAMPLES_GLOB)):
+            detail = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff)
+            raise ForesightError(f"{out} holds samples made with other settings ({detail}); use another --out")
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def run_accuracy(
+    model,
+    tokenizer,
+    problems: Sequence,
+    out_dir: str | Path,
+    *,
+    policy,
+    settings: dict,
+    samples: int = 1,
+    batch_size: int = 8,
+    rank: int = 0,
+    world_size: int = 1,
+    progress: bool = False,
+) -> dict:
+    """Generate ``samples`` answers per problem (this rank's share), grade and append them; return the summary.
+
+    ``settings`` must hold ``budget``, ``interval``, ``sinks``, ``temperature``, ``top_p``, ``top_k``,
+    ``max_new_tokens``, ``seed`` and ``template`` (plus anything to record); ``policy`` is a policy instance.
+    """
+    from tqdm.auto import tqdm
+
+    from evaluation.grading import grade
+    from foresight.prompts import build_prompt
+    from foresight.runtime import generate
+    from golden.traces import trace_seed
+
+    if samples <= 0 or batch_size <= 0:
+        raise ForesightError("--samples and --batch-size must be positive")
+    if not 0 <= rank < world_size:
+        raise ForesightError(f"RANK={rank} is outside WORLD_SIZE={world_size}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_settings(out, {**settings, "samples": samples, "num_problems": len(problems)})
+    path = out / f"samples-rank{rank}.jsonl"
+    repair_jsonl(path)
+    done = {sample_key(r["problem_id"], r["sample"]) for r in read_records(out)}
+    keys = [(p, s) for p in problems for s in range(samples)][rank::world_size]
+    todo = [(p, s) for p, s in keys if sample_key(p.id, s) not in done]
+    greedy = settings["temperature"] == 0
+    prompts_cache: dict[str, str] = {}
+    bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc=f"eval[{policy.name}]", disable=not progress)
+    with path.open("a") as f:
+        for b0 in range(0, len(todo), batch_size):
+            chunk = todo[b0 : b0 + batch_size]
+            prompts = []
+            for p, _ in chunk:
+                if p.id not in prompts_cache:
+                    prompts_cache[p.id] = build_prompt(tokenizer, p.problem, settings.get("template"))
+                prompts.append(prompts_cache[p.id])
+            t0 = time.perf_counter()
+            res = generate(
+                model, tokenizer, prompts, policy=policy, budget=settings["budget"],
+                interval=settings["interval"], sinks=settings["sinks"], max_new_tokens=settings["max_new_tokens"],
+                do_sample=not greedy, temperature=1.0 if greedy else settings["temperature"],
+                top_p=settings["top_p"], top_k=settings["top_k"],
+                seed=[trace_seed(settings["seed"], p.id, s) for p, s in chunk],
+            )
+            seconds = time.perf_counter() - t0
+            batch_tokens = sum(len(t) for t in res.token_ids)
+            batch_id = f"{rank}:{time.time_ns()}"
+            eos = _eos_ids(model, tokenizer)
+            for i, (p, s) in enumerate(chunk):
+                g = grade(res.texts[i], p.answer)
+                ids = res.token_ids[i]
+                rec = {
+                    "problem_id": p.id, "sample": s, "answer": p.answer, "extracted": g["extracted"],
+                    "correct": g["correct"], "generated_tokens": len(ids),
+                    "finished": bool(ids) and ids[-1] in eos, "prompt_tokens": res.prompt_lengths[i],
+                    "peak_kv_entries": max(res.stats["peak_entries"]), "evictions": res.stats["evictions"],
+                    "batch": batch_id, "batch_seconds": seconds, "batch_tokens": batch_tokens,
+                    "text": res.texts[i],
+                }
+                f.write(json.dumps(rec) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+            bar.update(len(chunk))
+    bar.close()
+    return write_summary(out, problems, samples)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    if ids is None:
+        ids = tokenizer.eos_token_id
+    return set() if ids is None else {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
+
+
+def summarize(records: Sequence[dict], problems: Sequence, samples: int, settings: dict | None = None) -> dict:
+    """pass@1, per-problem accuracy, lengths, peak KV entries and throughput of the records for ``problems``."""
+    wanted = {sample_key(p.id, s) for p in problems for s in range(samples)}
+    recs = [r for r in records if sample_key(r["problem_id"], r["sample"]) in wanted]
+    per_problem: dict[str, dict] = {}
+    for p in problems:
+        rs = [r for r in recs if r["problem_id"] == p.id]
+        if rs:
+            k = sum(bool(r["correct"]) for r in rs)
+            per_problem[p.id] = {"correct": k, "samples": len(rs), "accuracy": k / len(rs)}
+    batches = {r["batch"]: (r["batch_seconds"], r["batch_tokens"]) for r in recs}
+    seconds = sum(v[0] for v in batches.values())
+    tokens = sum(v[1] for v in batches.values())
+    n = len(recs)
+    return {
+        "pass@1": sum(v["accuracy"] for v in per_problem.values()) / len(per_problem) if per_problem else None,
+        "problems": len(per_problem),
+        "samples": n,
+        "expected_samples": len(wanted),
+        "complete": n == len(wanted),
+        "correct": sum(bool(r["correct"]) for r in recs),
+        "mean_generated_tokens": sum(r["generated_tokens"] for r in recs) / n if n else None,
+        "finished_fraction": sum(bool(r["finished"]) for r in recs) / n if n else None,
+        "no_answer_fraction": sum(r["extracted"] is None for r in recs) / n if n else None,
+        "peak_kv_entries": max((r["peak_kv_entries"] for r in recs), default=None),
+        "tokens_per_s": tokens / seconds if seconds else None,
+        "generation_seconds": seconds,
+        "per_problem": per_problem,
+        "settings": settings or {},
+    }
+
+
+#: Summary fields that measure time rather than results (differ between identical runs).
+TIMING_FIELDS = ("tokens_per_s", "generation_seconds")
+
+
+def write_summary(out_dir: str | Path, problems: Sequence, samples: int) -> dict:
+    out = Path(out_dir)
+    settings_path = out / "settings.json"
+    settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    summary = summarize(read_records(out), problems, samples, settings)
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.replace(out / "summary.json")
+    return summary
+
+
+def run_from_args(args) -> int:
+    """``foresight eval aime`` entry point."""
+    import foresight
+    from evaluation.policies import check_requirements, make_factory
+    from foresight.commands._common import policy_kwargs
+    from foresight.data import load_problems
+    from foresight.runtime import CacheConfig
+
+    check_requirements([args.policy], args.scorer, None)
+    if args.policy == "golden":
+        raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
+    kwargs = policy_kwargs(args)
+    factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
+    policy = factory(args.policy, args.budget or 0)
+    if policy.evicts and args.budget is None:
+        raise ForesightError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    try:
+        cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
+    except ValueError as exc:
+        raise ForesightError(str(exc)) from None
+    if args.temperature < 0:
+        raise ForesightError("--temperature must be >= 0 (0 = greedy)")
+    if args.max_new_tokens <= 0:
+        raise ForesightError("--max-new-tokens must be positive")
+    if args.limit is not None and args.limit <= 0:
+        raise ForesightError(f"--limit must be positive, got {args.limit}")
+    problems = load_problems(args.data, limit=args.limit)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.scorer:
+        check = getattr(getattr(policy, "scorer", None), "check_compatible", None)
+        if callable(check):
+            check(model)
+    settings = {
+        "model": args.model, "data": args.data, "policy": args.policy, "policy_kwargs": kwargs,
+        "scorer": args.scorer, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
+        "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
+        "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
+        "fingerprint": foresight.model_fingerprint(model), "device": str(model.device),
+    }
+    summary = run_accuracy(
+        model, tok, problems, args.out, policy=policy, settings=settings, samples=args.samples,
+        batch_size=args.batch_size, rank=rank, world_size=world, progress=not args.quiet,
+    )
+    print(format_summary(summary))
+    print(f"wrote {Path(args.out) / 'summary.json'}")
+    return 0
+
+
+def format_summary(s: dict) -> str:
+    """A short human-readable block of a summary."""
+    st = s.get("settings", {})
+    p1 = "n/a" if s["pass@1"] is None else f"{100 * s['pass@1']:.1f}%"
+    tps = "n/a" if not s["tokens_per_s"] else f"{s['tokens_per_s']:.1f}"
+    return "\n".join([
+        f"| data | policy | budget | interval | pass@1 | correct/samples | mean gen tokens | no \\boxed | "
+        "peak KV entries | tokens/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {st.get('data')} | {st.get('policy')} | {st.get('budget')} | {st.get('interval')} | {p1} | "
+        f"{s['correct']}/{s['samples']} | {s['mean_generated_tokens'] or 0:.1f} | "
+        f"{100 * (s['no_answer_fraction'] or 0):.0f}% | {s['peak_kv_entries']} | {tps} |",
+        "" if s["complete"] else f"(incomplete: {s['samples']}/{s['expected_samples']} samples so far)",
+    ])
+
+
+__all__ = ["TIMING_FIELDS", "read_records", "repair_jsonl", "run_accuracy", "summarize", "write_summary"]

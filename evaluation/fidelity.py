@@ -1,0 +1,275 @@
+"""Fidelity of an evicted cache to the full cache on fixed traces (DESIGN.md section 5).
+
+Every trace is replayed once with the full cache (the reference) and once per (policy, budget) with the budgeted
+cache, all through :func:`foresight.replay`, so the evicted runs see exactly the cache that decoding would have.
+Metrics are pooled over every token position ``i >= B + W`` (the first prediction made after the first eviction)
+of every trace:
+
+* ``loss_ratio`` = mean CE_evicted / mean CE_full (1.0 = no harm);
+* ``delta_ce`` = mean (CE_evicted - CE_full), in nats per token;
+* ``kl`` = mean KL(p_full || p_evicted) of the next-token distributions, nats per token;
+* ``top1_agreement`` = fraction of positions where both caches predict the same argmax token.
+
+KL and top-1 need the whole reference distribution. We keep the full cache's log-probs of one batch of traces
+in memory (positions ``>= min(B) + W`` only, ``ref_dtype``, fp32 by default: about 200 KB per position for a
+49K vocabulary) while every policy and budget is replayed against them, then drop them; traces are processed
+``batch_size`` at a time. This is the "store per trace" variant: simpler than lockstep decoding and exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from foresight.errors import ForesightError
+from foresight.policies import EvictionPolicy, make_policy
+from foresight.runtime import CacheConfig, replay
+
+#: ``factory(name, budget)`` builds the policy for one budget, or returns ``None`` to skip that combination
+#: (e.g. no golden labels for this budget).
+PolicyFactory = Callable[[str, int], "EvictionPolicy | None"]
+
+FIELDS = ("policy", "budget", "interval", "loss_ratio", "delta_ce", "kl", "top1_agreement", "tokens")
+
+
+@dataclass
+class _Accumulator:
+    """Running sums of the per-token metrics of one (policy, budget)."""
+
+    ce: float = 0.0
+    ce_full: float = 0.0
+    kl: float = 0.0
+    agree: float = 0.0
+    tokens: int = 0
+    kl_tokens: int = 0
+    per_trace_delta: list[float] = field(default_factory=list)
+
+    def record(self, policy: str, budget: int, interval: int, extra: dict) -> dict:
+        n = self.tokens
+        nan = float("nan")
+        deltas = self.per_trace_delta
+        se = nan
+        if len(deltas) > 1:
+            mean = sum(deltas) / len(deltas)
+            se = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1) / len(deltas))
+        return {
+            "policy": policy,
+            "budget": budget,
+            "interval": interval,
+            "loss_ratio": self.ce / self.ce_full if n and self.ce_full > 0 else nan,
+            "delta_ce": (self.ce - self.ce_full) / n if n else nan,
+            "kl": self.kl / self.kl_tokens if self.kl_tokens else nan,
+            "top1_agreement": self.agree / self.kl_tokens if self.kl_tokens else nan,
+            "tokens": n,
+            "ce": self.ce / n if n else nan,
+            "ce_full": self.ce_full / n if n else nan,
+            "delta_ce_se": se,
+            "traces": len(deltas),
+            **extra,
+        }
+
+
+def default_factory(policy_kwargs: dict[str, dict] | None = None) -> PolicyFactory:
+    """Factory building registered policies by name with optional per-name hyperparameters."""
+    kwargs = policy_kwargs or {}
+
+    def factory(name: str, budget: int) -> EvictionPolicy:
+        return make_policy(name, **kwargs.get(name, {}))
+
+    return factory
+
+
+def _policy_label(policy: str | EvictionPolicy) -> str:
+    return policy if isinstance(policy, str) else policy.name
+
+
+class _ReferenceHook:
+    """``on_logits`` hook storing the full cache's log-probs for positions ``>= lo``."""
+
+    def __init__(self, lo: int, n: int, dtype: torch.dtype):
+        self.lo, self.n, self.dtype = lo, n, dtype
+        self.logp: torch.Tensor | None = None
+
+    def __call__(self, start: int, end: int, logits: torch.Tensor) -> None:
+        a, b = max(start, self.lo), min(end, self.n - 1)
+        if b <= a:
+            return
+        lp = torch.log_softmax(logits[:, a - start : b - start], dim=-1).to(self.dtype)
+        if self.logp is None:
+            batch, _, vocab = logits.shape
+            self.logp = torch.empty(batch, self.n - 1 - self.lo, vocab, dtype=self.dtype, device=logits.device)
+        self.logp[:, a - self.lo : b - self.lo] = lp
+
+
+class _CompareHook:
+    """``on_logits`` hook accumulating KL(full || evicted) and top-1 agreement at positions ``>= first``."""
+
+    def __init__(self, ref: _ReferenceHook, first: int, valid: torch.Tensor):
+        self.ref, self.first, self.valid = ref, first, valid  # valid: (batch, n-1) bool on the logits device
+        self.kl = torch.zeros(valid.shape[0], dtype=torch.float64)
+        self.agree = torch.zeros_like(self.kl)
+        self.count = torch.zeros_like(self.kl)
+
+    def __call__(self, start: int, end: int, logits: torch.Tensor) -> None:
+        a, b = max(start, self.first), min(end, self.ref.n - 1)
+        if b <= a:
+            return
+        lp = torch.log_softmax(logits[:, a - start : b - start], dim=-1)
+        ref = self.ref.logp[:, a - self.ref.lo : b - self.ref.lo].float()
+        kl = (ref.exp() * (ref - lp)).sum(-1)
+        agree = (ref.argmax(-1) == lp.argmax(-1)).float()
+        mask = self.valid[:, a:b].float()
+        self.kl += (kl * mask).sum(-1).double().cpu()
+        self.agree += (agree * mask).sum(-1).double().cpu()
+        self.count += mask.sum(-1).double().cpu()
+
+
+def _batches(n: int, size: int):
+    for start in range(0, n, size):
+        yield start, min(start + size, n)
+
+
+def evaluate_fidelity(
+    model,
+    sequences: Sequence[Sequence[int]],
+    policies: Sequence[str | EvictionPolicy],
+    budgets: Sequence[int],
+    interval: int,
+    *,
+    trace_ids: Sequence[str] | None = None,
+    policy_factory: PolicyFactory | None = None,
+    policy_kwargs: dict[str, dict] | None = None,
+    sinks: int = 0,
+    batch_size: int = 1,
+    ref_dtype: torch.dtype = torch.float32,
+    progress: bool = False,
+    on_skip: Callable[[str, int, str], None] | None = None,
+) -> list[dict]:
+    """Replay ``sequences`` under every policy and budget and compare with the full cache.
+
+    Parameters
+    ----------
+    sequences
+        Token-id lists (prompt + generated).
+    policies
+        Registered names (built per budget by ``policy_factory``) or ready :class:`EvictionPolicy` instances
+        (used for every budget).
+    budgets, interval
+        The budgets ``B`` to evaluate and the interval ``W``; each ``B`` must exceed ``W``.
+    trace_ids
+        Passed to every replay as ``trace_ids`` metadata (the golden policy looks its labels up by them).
+    policy_factory
+        ``factory(name, budget) -> policy | None``; ``None`` skips that combination (reported to ``on_skip``).
+    sinks
+        Never evict the first ``sinks`` positions.
+    batch_size
+        Traces replayed together (and whose reference log-probs are held in memory together).
+    ref_dtype
+        Storage dtype of the reference log-probs (fp32 default; bf16/fp16 halve the memory).
+
+    Returns
+    -------
+    list of dict
+        One record per (policy, budget) with the fields of :data:`FIELDS` plus ``ce``, ``ce_full``,
+        ``delta_ce_se`` (standard error of the per-trace mean ΔCE), ``traces``, ``mean_trace_len``,
+        ``budget_frac`` (budget / mean trace length) and the policy's hyperparameters ``policy_config``.
+    """
+    if not sequences:
+        raise ForesightError("no traces to evaluate")
+    if not budgets:
+        raise ForesightError("no budgets given")
+    for b in budgets:
+        try:
+            CacheConfig(int(b), interval, sinks)
+        except ValueError as exc:
+            raise ForesightError(f"budget {b}: {exc}") from None
+    if trace_ids is not None and len(trace_ids) != len(sequences):
+        raise ValueError("trace_ids must have one id per sequence")
+    factory = policy_factory or default_factory(policy_kwargs)
+    budgets = sorted({int(b) for b in budgets})
+    lengths = [len(s) for s in sequences]
+    mean_len = sum(lengths) / len(lengths)
+
+    # Build every policy up front so bad names fail before any compute.
+    plan: list[tuple[str, int, EvictionPolicy]] = []
+    for p in policies:
+        for b in budgets:
+            if isinstance(p, EvictionPolicy):
+                plan.append((p.name, b, p))
+                continue
+            pol = factory(p, b)
+            if pol is None:
+                if on_skip:
+                    on_skip(p, b, f"no {p!r} policy for B={b}, W={interval} (e.g. no golden labels for them)")
+                continue
+            plan.append((p, b, pol))
+    acc = {(name, b): _Accumulator() for name, b, _ in plan}
+    lo = budgets[0] + interval
+    device = model.device
+    pad = 0
+
+    outer = tqdm(total=len(sequences), desc="fidelity", disable=not progress)
+    for s0, s1 in _batches(len(sequences), batch_size):
+        seqs = [list(map(int, s)) for s in sequences[s0:s1]]
+        ids_meta = list(trace_ids[s0:s1]) if trace_ids is not None else [str(i) for i in range(s0, s1)]
+        n = max(len(s) for s in seqs)
+        if n - 1 <= lo:
+            outer.update(len(seqs))  # too short to reach the first event: no position to score
+            continue
+        pos = torch.arange(n - 1, device=device)
+        row_len = torch.tensor([len(s) for s in seqs], device=device)
+        in_row = pos[None] < (row_len[:, None] - 1)  # (batch, n-1): position predicts a real next token
+        ref = _ReferenceHook(lo, n, ref_dtype)
+        full = replay(model, seqs, "full", None, interval, sinks=sinks, on_logits=ref,
+                      pad_token_id=pad, trace_ids=ids_meta)
+        ce_full = full.ce
+        for name, b, pol in plan:
+            first = b + interval
+            valid = in_row & (pos[None] >= first)
+            hook = _CompareHook(ref, first, valid)
+            res = replay(model, seqs, pol, b, interval, sinks=sinks, on_logits=hook, pad_token_id=pad,
+                         trace_ids=ids_meta)
+            vmask = valid.cpu()
+            a = acc[(name, b)]
+            for r in range(len(seqs)):
+                m = vmask[r]
+                cnt = int(m.sum())
+                if cnt == 0:
+                    continue
+                ce_r = res.ce[r][m].double().sum().item()
+                cf_r = ce_full[r][m].double().sum().item()
+                a.ce += ce_r
+                a.ce_full += cf_r
+                a.tokens += cnt
+                a.per_trace_delta.append((ce_r - cf_r) / cnt)
+            a.kl += float(hook.kl.sum())
+            a.agree += float(hook.agree.sum())
+            a.kl_tokens += int(hook.count.sum())
+        del ref
+        outer.update(len(seqs))
+    outer.close()
+
+    records = []
+    for name, b, pol in plan:
+        extra = {
+            "mean_trace_len": mean_len,
+            "budget_frac": b / mean_len,
+            "sinks": sinks,
+            "policy_config": _jsonable(pol.config()),
+        }
+        records.append(acc[(name, b)].record(name, b, interval, extra))
+    return records
+
+
+def _jsonable(cfg: dict) -> dict:
+    out = {}
+    for k, v in cfg.items():
+        out[k] = v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)[:200]
+    return out
+
+
+__all__ = ["FIELDS", "PolicyFactory", "default_factory", "evaluate_fidelity"]

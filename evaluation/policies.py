@@ -1,0 +1,133 @@
+"""Building evaluation policies from names and CLI options: plain registry policies, ``golden`` (needs labels
+for each budget) and ``learned`` (needs a scorer checkpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from foresight.errors import ForesightError
+from foresight.policies import POLICIES, make_policy, policy_names
+
+
+def parse_policies(spec: str) -> list[str]:
+    """Split ``"a,b,c"`` into names and check each is registered (``wrapper:inner`` checks both parts)."""
+    names = [p.strip() for p in spec.split(",") if p.strip()]
+    if not names:
+        raise ForesightError("no policies given")
+    for name in names:
+        for part in name.split(":"):
+            if part not in POLICIES:
+                raise ForesightError(f"unknown policy {part!r}; choose from {', '.join(policy_names())}")
+    if len(set(names)) != len(names):
+        raise ForesightError(f"policy listed twice in {spec!r}")
+    return names
+
+
+def parse_budgets(spec: str | int | list, interval: int | None = None) -> list[int]:
+    """Parse ``"256,512"`` into sorted unique positive budgets, each larger than ``interval``."""
+    items = spec if isinstance(spec, list) else str(spec).split(",")
+    out = []
+    for item in items:
+        try:
+            b = int(str(item).strip())
+        except ValueError:
+            raise ForesightError(f"bad budget {item!r}: expected a positive integer (or a comma-separated list)")
+        if b <= 0:
+            raise ForesightError(f"bad budget {b}: must be a positive integer")
+        if interval is not None and b <= interval:
+            raise ForesightError(f"bad budget {b}: must be larger than the interval W={interval}")
+        out.append(b)
+    if not out:
+        raise ForesightError("no budget given")
+    return sorted(set(out))
+
+
+def golden_label_sets(root: str | Path) -> list[Path]:
+    """Label locations under ``root``: ``root`` itself when it is a label file or golden output directory,
+    otherwise its immediate subdirectories / ``*.safetensors`` files."""
+    root = Path(root)
+    if not root.exists():
+        raise ForesightError(f"golden label path not found: {root}")
+    if root.is_file() or (root / "plan.json").is_file():
+        return [root]
+    found = sorted(p for p in root.iterdir() if (p.is_dir() and (p / "plan.json").is_file()) or p.suffix == ".safetensors")
+    if not found:
+        raise ForesightError(f"{root} holds no golden labels (no `foresight golden` output inside)")
+    return found
+
+
+def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict | None]:
+    """``labels_for(budget)``: the golden labels made for (budget, interval) under ``root``, or None."""
+    from golden.labels import load_labels
+
+    sets = golden_label_sets(root)
+    cache: dict[Path, dict] = {}
+
+    def labels_for(budget: int) -> dict | None:
+        merged: dict = {}
+        for path in sets:
+            if path not in cache:
+                cache[path] = load_labels(path)
+            labels = cache[path]
+            first = next(iter(labels.values()), None)
+            if first is not None and first.budget == budget and first.interval == interval:
+                merged.update(labels)
+        return merged or None
+
+    return labels_for
+
+
+def make_factory(
+    *,
+    model=None,
+    scorer: str | None = None,
+    golden: str | None = None,
+    interval: int | None = None,
+    policy_kwargs: dict[str, dict] | None = None,
+) -> Callable[[str, int], object]:
+    """``factory(name, budget)`` for :func:`evaluation.fidelity.evaluate_fidelity` and the other evaluations.
+
+    ``learned`` is built with ``scorer=<dir>``; ``golden`` with the labels for each budget (``None``, i.e.
+    skipped, when there are none); every other name from the registry with ``policy_kwargs[name]``.
+    """
+    kwargs = policy_kwargs or {}
+    labels_for = golden_factory(golden, interval) if golden else None
+    learned_cache: dict = {}
+
+    def factory(name: str, budget: int):
+        extra = dict(kwargs.get(name, {}))
+        if name == "learned":
+            if not scorer:
+                raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
+            if "policy" not in learned_cache:
+                learned_cache["policy"] = make_policy("learned", scorer=scorer, **extra)
+                check = getattr(getattr(learned_cache["policy"], "scorer", None), "check_compatible", None)
+                if model is not None and callable(check):
+                    check(model)
+            return learned_cache["policy"]
+        if name == "golden":
+            if labels_for is None:
+                raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
+            labels = labels_for(budget)
+            if labels is None:
+                return None  # no labels for this (B, W): the caller reports the skip
+            if model is not None:
+                from golden.labels import check_labels_match
+
+                check_labels_match(labels, model, budget, interval)
+            return make_policy("golden", labels=labels, **extra)
+        return make_policy(name, **extra)
+
+    return factory
+
+
+def check_requirements(names: list[str], scorer: str | None, golden: str | None) -> None:
+    """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs."""
+    if "learned" in names and not scorer:
+        raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
+    if "golden" in names and not golden:
+        raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
+
+
+__all__ = ["check_requirements", "golden_factory", "make_factory", "parse_budgets", "parse_policies"]

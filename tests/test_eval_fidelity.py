@@ -1,0 +1,208 @@
+"""Fidelity evaluation: exact reference values for ``full``, a model whose predictions depend on context
+(so eviction must hurt), brute-force metric checks and the CLI (fields, reports, error paths)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from evaluation.fidelity import FIELDS, evaluate_fidelity
+from foresight.cli import main
+from tests.conftest import get_model
+
+PERIOD = 6
+
+
+def _periodic(batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
+    """Sequences repeating a random pattern of PERIOD tokens: the next token is a copy from PERIOD back."""
+    pats = torch.randint(40, 56, (batch, PERIOD), generator=gen)
+    return pats.repeat(1, length // PERIOD + 1)[:, :length]
+
+
+@pytest.fixture(scope="module")
+def copy_model():
+    """tiny-llama trained for a few seconds to copy periodic patterns: confident, and only from context."""
+    from foresight.models import build_tiny_model
+
+    model, _ = build_tiny_model("tiny-llama")
+    gen = torch.Generator().manual_seed(0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: one thread is faster, and much faster on a shared CPU
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(100):
+        x = _periodic(8, 64, gen)
+        loss = model(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+    torch.set_num_threads(threads)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+@pytest.fixture(scope="module")
+def copy_traces():
+    return _periodic(4, 64, torch.Generator().manual_seed(101)).tolist()
+
+
+@pytest.fixture(scope="module")
+def copy_records(copy_model, copy_traces):
+    return evaluate_fidelity(copy_model, copy_traces, ["full", "random", "streaming_llm"], [12, 24], 4)
+
+
+def _rec(records, policy, budget):
+    return next(r for r in records if r["policy"] == policy and r["budget"] == budget)
+
+
+def test_copy_model_is_confident(copy_records):
+    # Without this the ordering test below would be meaningless (near-uniform CE ~ log(261) = 5.6).
+    assert _rec(copy_records, "full", 12)["ce_full"] < 0.5
+
+
+def test_full_is_exact_reference(copy_records):
+    for b in (12, 24):
+        r = _rec(copy_records, "full", b)
+        assert r["loss_ratio"] == pytest.approx(1.0, abs=1e-6)
+        assert abs(r["delta_ce"]) < 1e-6
+        assert abs(r["kl"]) < 1e-6
+        assert r["top1_agreement"] == 1.0
+
+
+def test_random_eviction_hurts(copy_records):
+    for b in (12, 24):
+        r = _rec(copy_records, "random", b)
+        assert r["loss_ratio"] > 1.5
+        assert r["delta_ce"] > 0 and r["kl"] > 0.01
+
+
+def test_recency_keeps_what_the_copy_task_needs(copy_records):
+    # The copy task reads PERIOD tokens back: a recency window of 24 keeps it, random eviction does not.
+    s24 = _rec(copy_records, "streaming_llm", 24)
+    assert s24["loss_ratio"] < 1.25
+    assert s24["loss_ratio"] < _rec(copy_records, "random", 24)["loss_ratio"]
+
+
+@pytest.mark.parametrize("policy, batch_size", [("random", 1), ("streaming_llm", 2)])
+def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size):
+    """Recompute CE ratio, KL and top-1 from a plain full forward and a captured evicted replay per trace."""
+    from foresight.runtime import replay
+
+    budget, interval = 12, 4
+    seqs = [copy_traces[0], copy_traces[1][:50]]  # unequal lengths exercise the padding mask
+    rec = evaluate_fidelity(copy_model, seqs, [policy], [budget], interval, batch_size=batch_size)[0]
+    ce_ev, ce_full, kl, agree, count = 0.0, 0.0, 0.0, 0.0, 0
+    for seq in seqs:
+        ids = torch.tensor([seq])
+        with torch.no_grad():
+            full_lp = torch.log_softmax(copy_model(input_ids=ids).logits.float()[0], -1)
+        chunks = []
+        replay(copy_model, [seq], policy, budget, interval, on_logits=lambda s, e, lg: chunks.append(lg[0]))
+        ev_lp = torch.log_softmax(torch.cat(chunks), -1)
+        for i in range(budget + interval, len(seq) - 1):
+            t = seq[i + 1]
+            ce_ev -= ev_lp[i, t].item()
+            ce_full -= full_lp[i, t].item()
+            kl += (full_lp[i].exp() * (full_lp[i] - ev_lp[i])).sum().item()
+            agree += float(full_lp[i].argmax() == ev_lp[i].argmax())
+            count += 1
+    assert rec["tokens"] == count
+    assert rec["loss_ratio"] == pytest.approx(ce_ev / ce_full, rel=1e-4)
+    assert rec["delta_ce"] == pytest.approx((ce_ev - ce_full) / count, abs=1e-4)
+    assert rec["kl"] == pytest.approx(kl / count, rel=1e-3, abs=1e-5)
+    assert rec["top1_agreement"] == pytest.approx(agree / count)
+
+
+def test_batching_does_not_change_results(copy_model, copy_traces):
+    seqs = [copy_traces[0][:50], copy_traces[2], copy_traces[3][:40]]
+    # (random draws per batch, so a deterministic policy is compared)
+    one = evaluate_fidelity(copy_model, seqs, ["full", "streaming_llm"], [12], 4, batch_size=1)
+    three = evaluate_fidelity(copy_model, seqs, ["full", "streaming_llm"], [12], 4, batch_size=3)
+    for a, b in zip(one, three):
+        assert a["tokens"] == b["tokens"]
+        for k in ("loss_ratio", "kl", "top1_agreement"):
+            assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6)
+
+
+def test_short_traces_give_no_tokens(tiny_llama):
+    model, _ = tiny_llama
+    rec = evaluate_fidelity(model, [[5] * 20], ["random"], [16], 8)[0]
+    assert rec["tokens"] == 0 and math.isnan(rec["loss_ratio"])
+
+
+# ---- CLI --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def trace_dir(tmp_path, tiny_llama):
+    """A tiny traces dataset with the columns of golden.traces.load_traces."""
+    import datasets
+
+    from foresight.models import model_fingerprint
+
+    model, _ = tiny_llama
+    gen = torch.Generator().manual_seed(3)
+    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
+                            "fingerprint")}
+    for i, n in enumerate((90, 120, 75)):
+        rows["trace_id"].append(f"p{i}#0")
+        rows["problem_id"].append(f"p{i}")
+        rows["sample"].append(0)
+        rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
+        rows["prompt_len"].append(10)
+        rows["answer"].append("")
+        rows["settings"].append("{}")
+        rows["fingerprint"].append(json.dumps(model_fingerprint(model)))
+    path = tmp_path / "traces"
+    datasets.Dataset.from_dict(rows).save_to_disk(str(path))
+    return path
+
+
+def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):
+    out = tmp_path / "fid"
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies",
+               "full,random,streaming_llm", "--budget", "24,48", "--interval", "8", "--out", str(out), "--quiet",
+               "--policy-arg", "random.seed=3"])
+    assert rc == 0
+    records = json.loads((out / "fidelity.json").read_text())
+    assert len(records) == 6
+    for r in records:
+        assert set(FIELDS) <= set(r)
+        assert r["interval"] == 8 and r["tokens"] > 0
+    assert next(r for r in records if r["policy"] == "random")["policy_config"] == {"seed": 3}
+    md = (out / "fidelity.md").read_text()
+    assert "| 24 | 25% |" in md  # budget as tokens and as % of the mean trace length (95)
+    # full is first within each budget block (best quality first)
+    lines = [ln for ln in md.splitlines() if ln.startswith("| 24 ")]
+    assert "| full |" in lines[0]
+    assert (out / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--policies", "full,nope", "--budget", "24"], "unknown policy 'nope'"),
+        (["--policies", "learned", "--budget", "24"], "needs --scorer"),
+        (["--policies", "golden", "--budget", "24"], "needs --golden"),
+        (["--policies", "random", "--budget", "abc"], "bad budget 'abc'"),
+        (["--policies", "random", "--budget", "8"], "larger than the interval"),
+        (["--policies", "random", "--budget", "24", "--limit", "0"], "--limit"),
+    ],
+)
+def test_cli_error_paths(trace_dir, tmp_path, capsys, extra, message):
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--interval", "8",
+               "--out", str(tmp_path / "x"), *extra])
+    assert rc == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_rejects_traces_of_another_model(trace_dir, tmp_path, capsys):
+    rc = main(["eval", "fidelity", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--policies", "random",
+               "--budget", "24", "--interval", "8", "--out", str(tmp_path / "x")])
+    assert rc == 2
+    assert "another model" in capsys.readouterr().err
