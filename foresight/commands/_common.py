@@ -39,7 +39,13 @@ def parse_kv(items: list[str]) -> dict:
         if "=" not in item:
             raise ValueError(f"expected KEY=VALUE, got {item!r}")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value)
+        parsed = yaml.safe_load(value)
+        if isinstance(parsed, str):  # YAML 1.1 reads "2e-4" (no dot) as a string
+            try:
+                parsed = float(parsed)
+            except ValueError:
+                pass
+        out[key.strip()] = parsed
     return out
 
 
