@@ -241,9 +241,9 @@ def run_from_args(args) -> int:
     from foresight.data import load_problems
     from foresight.runtime import CacheConfig
 
-    check_requirements([args.policy], args.scorer, None)
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
+    check_requirements([args.policy], args.scorer, None)
     kwargs = policy_kwargs(args)
     factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
     policy = factory(args.policy, args.budget or 0)
