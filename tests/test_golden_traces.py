@@ -1,0 +1,226 @@
+"""Problems, prompts, traces (determinism, rank sharding, kill-and-resume) and the golden CLI's error paths."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from foresight.cli import main as cli_main
+from foresight.data import DataError, load_problems, synthetic_problems
+from foresight.errors import ForesightError
+from foresight.prompts import DEFAULT_TEMPLATE, build_prompt
+from golden.labels import load_labels
+from golden.pipeline import label_traces
+from golden.traces import generate_traces, load_traces, trace_progress
+from tests.conftest import get_model
+
+REPO = Path(__file__).resolve().parent.parent
+SETTINGS = dict(samples=2, max_new_tokens=24, temperature=0.8, top_p=0.95, top_k=20, batch_size=3, progress=False)
+
+
+# -- problems and prompts -----------------------------------------------------------------------------------------
+
+
+def test_builtin_problem_sets():
+    aime = load_problems("aime24")
+    assert len(aime) == 30 and all(p.problem and p.answer for p in aime)
+    assert len({p.id for p in aime}) == 30
+    math = load_problems("math500", limit=5)
+    assert len(math) == 5 and math[0].id.startswith("test/")
+    assert len(load_problems("aime25", limit=0)) == 0
+
+
+def test_missing_data_dir_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("FORESIGHT_DATA_DIR", str(tmp_path))
+    with pytest.raises(DataError, match="FORESIGHT_DATA_DIR"):
+        load_problems("aime24")
+    with pytest.raises(DataError, match="not found"):
+        load_problems(str(tmp_path / "nope.jsonl"))
+
+
+def test_jsonl_problems(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"problem": "1+1?", "answer": 2}\n\n{"question": "2+2?", "id": "q"}\n')
+    ps = load_problems(str(f))
+    assert [(p.id, p.problem, p.answer) for p in ps] == [("0", "1+1?", "2"), ("q", "2+2?", "")]
+    f.write_text('{"problem": "a", "id": 1}\n{"problem": "b", "id": 1}\n')
+    with pytest.raises(DataError, match="duplicate"):
+        load_problems(str(f))
+    f.write_text('{"text": "a"}\n')
+    with pytest.raises(DataError, match="problem"):
+        load_problems(str(f))
+
+
+def test_synthetic_problems_are_deterministic_and_correct():
+    a, b = synthetic_problems(12), synthetic_problems(12)
+    assert a == b and len({p.id for p in a}) == 12
+    assert load_problems("synthetic", limit=5) == a[:5]
+    p = a[0]  # "X has a ... buys b packs with c ... gives away g": answer = a + b*c - g
+    nums = [int(t) for t in p.problem.replace(".", " ").replace(",", " ").split() if t.isdigit()]
+    assert int(p.answer) == nums[0] + nums[1] * nums[2] - nums[3]
+
+
+def test_build_prompt(tmp_path):
+    _, tok = get_model("tiny-llama")
+    text = build_prompt(tok, "What is 2+3?")
+    assert text.startswith("<|im_start|>user\nWhat is 2+3?") and text.endswith("<|im_start|>assistant\n")
+    assert "\\boxed{}" in text and DEFAULT_TEMPLATE.replace("{problem}", "What is 2+3?") in text
+    tpl = tmp_path / "t.txt"
+    tpl.write_text("Solve: {problem} Answer in \\boxed{}.")
+    assert "Solve: 7*6 Answer in \\boxed{}." in build_prompt(tok, "7*6", str(tpl))
+    with pytest.raises(ForesightError, match="placeholder"):
+        build_prompt(tok, "x", "no placeholder here")
+
+
+# -- traces --------------------------------------------------------------------------------------------------------
+
+
+def _rows(ds):
+    return {r["trace_id"]: r["input_ids"] for r in ds}
+
+
+def test_traces_columns_and_seed_determinism(tmp_path):
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=3)
+    a = load_traces(generate_traces(model, tok, problems, tmp_path / "a", seed=1, **SETTINGS))
+    b = load_traces(generate_traces(model, tok, problems, tmp_path / "b", seed=1, **SETTINGS))
+    c = load_traces(generate_traces(model, tok, problems, tmp_path / "c", seed=2, **SETTINGS))
+    for col in ["trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings", "fingerprint"]:
+        assert col in a.column_names
+    assert a["trace_id"] == [f"synthetic-{i}#{s}" for i in range(3) for s in range(2)]
+    assert _rows(a) == _rows(b)
+    assert _rows(a) != _rows(c)
+    row = a[0]
+    assert len(row["input_ids"]) == row["prompt_len"] + 24
+    assert row["input_ids"][: row["prompt_len"]] == tok(build_prompt(tok, problems[0].problem))["input_ids"]
+    assert row["answer"] == problems[0].answer
+    assert json.loads(row["settings"])["seed"] == 1 and json.loads(row["fingerprint"])["model"] == "tiny-llama"
+    # the two samples of one problem differ; a trace does not depend on its batch neighbours
+    assert a[0]["input_ids"] != a[1]["input_ids"]
+    d = load_traces(generate_traces(model, tok, problems[1:], tmp_path / "d", seed=1, **SETTINGS))
+    assert _rows(d)["synthetic-2#1"] == _rows(a)["synthetic-2#1"]
+
+
+def test_traces_rank_sharding_merges_deterministically(tmp_path, monkeypatch):
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=4)
+    single = load_traces(generate_traces(model, tok, problems, tmp_path / "one", seed=0, **SETTINGS))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    generate_traces(model, tok, problems, tmp_path / "two", seed=0, **SETTINGS)
+    assert trace_progress(tmp_path / "two") == (1, 3)  # rank 1 wrote shard 1 only
+    partial = load_traces(tmp_path / "two")
+    assert set(partial["trace_id"]) < set(single["trace_id"])
+    monkeypatch.setenv("RANK", "0")
+    generate_traces(model, tok, problems, tmp_path / "two", seed=0, **SETTINGS)
+    merged = load_traces(tmp_path / "two")
+    assert merged["trace_id"] == single["trace_id"] and merged["input_ids"] == single["input_ids"]
+
+
+def test_trace_dir_mismatch_errors(tmp_path):
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=2)
+    generate_traces(model, tok, problems, tmp_path, seed=0, **SETTINGS)
+    with pytest.raises(ForesightError, match="different settings"):
+        generate_traces(model, tok, problems, tmp_path, seed=5, **SETTINGS)
+    other, otok = get_model("tiny-qwen3")
+    with pytest.raises(ForesightError, match="different fingerprint"):
+        generate_traces(other, otok, problems, tmp_path, seed=0, **SETTINGS)
+    with pytest.raises(ForesightError, match="no traces"):
+        load_traces(tmp_path / "shards")
+
+
+def test_trace_kill_and_resume(tmp_path):
+    """SIGKILL a `foresight trace` subprocess mid-run, plant a half-written shard, rerun: complete, no duplicates."""
+    out = tmp_path / "traces"
+    cmd = [sys.executable, "-m", "foresight", "trace", "--model", "tiny-llama", "--data", "synthetic", "--limit", "6",
+           "--max-new-tokens", "60", "--batch-size", "1", "--seed", "3", "--out", str(out), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    shards = out / "shards"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if shards.exists() and len([p for p in shards.iterdir() if p.name.startswith("traces-")]) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed: " + proc.stdout.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done, total = trace_progress(out)
+    assert 2 <= done < total == 6
+    # a shard half-written by the killed run (temporaries are renamed into place only when complete)
+    half = shards / ".tmp-traces-00005-pid99999"
+    half.mkdir()
+    (half / "data-00000-of-00001.arrow").write_bytes(b"\x00garbage")
+    rerun = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "6 traces" in rerun.stdout
+    assert not any(p.name.startswith(".tmp") for p in shards.iterdir())
+    ds = load_traces(out)
+    assert ds["trace_id"] == [f"synthetic-{i}#0" for i in range(6)]
+    # the resumed result equals an uninterrupted run with the same arguments
+    model, tok = get_model("tiny-llama")
+    ref = generate_traces(
+        model, tok, load_problems("synthetic", limit=6), tmp_path / "ref", samples=1, max_new_tokens=60,
+        temperature=0.6, top_p=0.95, top_k=20, seed=3, batch_size=1, progress=False,
+    )
+    assert load_traces(ref)["input_ids"] == ds["input_ids"]
+
+
+# -- golden labelling pipeline and CLI -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trace_dir(tmp_path_factory):
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=3)
+    out = tmp_path_factory.mktemp("traces")
+    settings = {**SETTINGS, "batch_size": 2}
+    generate_traces(model, tok, problems, out, seed=0, **settings)
+    return out  # 6 traces, prompts ~210-240 tokens + 24 generated
+
+
+def test_label_traces_skips_short_and_resumes(trace_dir, tmp_path):
+    model, _ = get_model("tiny-llama")
+    lengths = {r["trace_id"]: len(r["input_ids"]) for r in load_traces(trace_dir)}
+    budget, interval = 200, 40  # B+W = 240 sits inside the range of trace lengths
+    long_ids = [t for t, n in lengths.items() if n > budget + interval]
+    assert 0 < len(long_ids) < len(lengths)
+    s = label_traces(model, trace_dir, tmp_path / "g", budget, interval, traces_per_shard=1, progress=False)
+    assert (s.planned, s.skipped, s.labelled_now) == (len(long_ids), len(lengths) - len(long_ids), len(long_ids))
+    labels = load_labels(tmp_path / "g")
+    assert sorted(labels) == sorted(long_ids)
+    first = sorted((tmp_path / "g" / "shards").iterdir())[0]
+    first.unlink()  # lose one finished shard: the rerun redoes exactly that one
+    s2 = label_traces(model, trace_dir, tmp_path / "g", budget, interval, traces_per_shard=1, progress=False)
+    assert s2.labelled_now == 1 and s2.shards_done == s2.shards_total
+    again = load_labels(tmp_path / "g")
+    for t, lab in labels.items():
+        assert [e.evicted.tolist() for e in lab.events] == [e.evicted.tolist() for e in again[t].events]
+
+
+def test_golden_cli_errors(trace_dir, tmp_path, capsys):
+    out = str(tmp_path / "g")
+    base = ["golden", "--model", "tiny-llama", "--traces", str(trace_dir), "--out", out, "--no-progress"]
+    assert cli_main([*base, "--budget", "200", "--interval", "40"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped" in printed and "of at most B+W=240 tokens" in printed
+    assert cli_main([*base, "--budget", "200", "--interval", "32"]) == 2
+    assert "different interval (40 there, 32 now)" in capsys.readouterr().err
+    assert cli_main([*base, "--budget", "100", "--interval", "40"]) == 2
+    assert "different budget" in capsys.readouterr().err
+    other = ["golden", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--out", str(tmp_path / "q"), "--no-progress"]
+    assert cli_main([*other, "--budget", "64", "--interval", "16"]) == 2
+    assert "generated by 'tiny-llama', not 'tiny-qwen3'" in capsys.readouterr().err
+    assert cli_main([*base, "--budget", "16", "--interval", "16"]) == 2
+    assert "interval (16) must be smaller than budget" in capsys.readouterr().err
+    assert cli_main(["golden", "--model", "tiny-llama", "--traces", str(tmp_path / "none"), "--out", out,
+                     "--budget", "64", "--interval", "16"]) == 2
+    assert "not found" in capsys.readouterr().err
