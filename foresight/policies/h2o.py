@@ -1,0 +1,57 @@
+"""H2O: Heavy-Hitter Oracle, cumulative attention received.
+
+Zhang et al., "H2O: Heavy-Hitter Oracle for Efficient Generative Inference of Large Language Models",
+NeurIPS 2023. https://arxiv.org/abs/2306.14048
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from foresight.policies._common import GROUP_REDUCTIONS, check_choice, reduce_group
+from foresight.policies.base import EntryState, EvictionPolicy
+from foresight.policies.registry import register_policy
+
+
+@register_policy
+@dataclass
+class H2OPolicy(EvictionPolicy):
+    """H2O: keep the heavy hitters, the tokens with the largest attention accumulated from every query so far.
+
+    Each cached token's score is the sum of the attention it received from all queries since it entered the
+    cache (queries of the prompt and of every generated token, in every head of its GQA group). The score is
+    carried through evictions, so it is cumulative over the whole generation. The paper keeps a recent window
+    besides the heavy hitters; here that window is the runtime's protected newest ``W`` (plus optional sinks).
+
+    Differences from the published code: H2O evicts one token per step with per-(query-)head scores; we evict
+    ``W`` at a time (the runtime's interval) and keep one score per KV head, reducing its GQA group with
+    ``group_reduce`` (default ``sum``).
+
+    Parameters
+    ----------
+    group_reduce
+        ``sum``, ``mean`` or ``max`` over the query heads of a GQA group, applied per query before accumulating.
+    """
+
+    name = "h2o"
+    observes = True
+    attention_score = True  # nonnegative attention mass: usable inside ``caote``
+    group_reduce: str = "sum"
+
+    def __post_init__(self):
+        check_choice("group_reduce", self.group_reduce, GROUP_REDUCTIONS)
+
+    def reset(self, batch_size, num_layers, device, **meta):
+        self.state = EntryState()
+        self.state.reset(num_layers)
+
+    def observe(self, view):
+        a = reduce_group(view.probs, self.group_reduce).sum(dim=2)  # (b, Hkv, n)
+        acc = self.state.extend(view.layer_idx, "acc", a.shape[-1], 0.0, like=a)
+        acc += a
+
+    def score(self, view):
+        return self.state.get(view.layer_idx, "acc")[..., : view.num_candidates]
+
+    def on_evict(self, layer_idx, keep):
+        self.state.gather(layer_idx, keep)
