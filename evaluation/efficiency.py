@@ -1,0 +1,177 @@
+"""Efficiency of budgeted decoding (DESIGN.md section 5): tokens/s and peak KV bytes against the full cache.
+
+All policies (and the full cache, always included) generate exactly ``new_tokens`` tokens from the same prompt
+(``stop_on_eos=False``) in one process, side by side: each repeat runs every policy once, in an order rotated
+from repeat to repeat, so slow drifts of a shared machine hit all policies alike. The reported speed is the
+median over repeats of ``new_tokens / wall time of generate`` (prefill of the short prompt included).
+Time spent inside the policy's hooks (``observe``/``score``/``select``/``on_evict``; for ``learned`` this is
+feature extraction plus the scorer) is measured separately as ``policy_seconds``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+from foresight.errors import ForesightError
+from foresight.models import model_fingerprint
+from foresight.policies import EvictionPolicy, make_policy
+from foresight.runtime import CacheConfig, generate
+
+DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
+                 "How many clips did Natalia sell altogether in April and May?"
+_HOOKS = ("observe", "score", "select", "on_evict")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _HookTimer:
+    """Wraps a policy instance's hooks to accumulate the wall time spent inside them."""
+
+    def __init__(self, policy: EvictionPolicy, device: torch.device):
+        self.seconds = 0.0
+        for name in _HOOKS:
+            fn = getattr(policy, name)
+
+            def wrapped(*args, _fn=fn, **kwargs):
+                _sync(device)
+                t0 = time.perf_counter()
+                out = _fn(*args, **kwargs)
+                _sync(device)
+                self.seconds += time.perf_counter() - t0
+                return out
+
+            setattr(policy, name, wrapped)
+
+
+def kv_bytes(model, entries_per_layer: Sequence[int], batch_size: int) -> int:
+    """Bytes of keys + values for ``entries_per_layer`` cache entries per (layer, KV head)."""
+    fp = model_fingerprint(model)
+    elem = next(model.parameters()).element_size()
+    return int(sum(entries_per_layer)) * batch_size * fp["num_kv_heads"] * fp["head_dim"] * 2 * elem
+
+
+def benchmark(
+    model,
+    tokenizer,
+    policies: Sequence[str | EvictionPolicy],
+    budget: int,
+    interval: int,
+    new_tokens: int,
+    *,
+    repeats: int = 3,
+    prompt: str | None = None,
+    batch_size: int = 1,
+    sinks: int = 0,
+    policy_factory: Callable[[str, int], EvictionPolicy | None] | None = None,
+    warmup: bool = True,
+) -> list[dict]:
+    """Measure decode speed and peak KV memory of each policy against the full cache, side by side.
+
+    Returns one record per policy (``full`` first) with ``tokens_per_s`` (median), ``seconds`` (all repeats),
+    ``peak_kv_entries`` (max per layer), ``peak_kv_bytes`` (K+V over all layers), ``policy_seconds`` (median
+    time inside the policy's hooks), ``policy_overhead`` (its share of the wall time) and the ratios
+    ``speed_vs_full`` / ``kv_bytes_vs_full``.
+    """
+    if new_tokens <= 0 or repeats <= 0 or batch_size <= 0:
+        raise ForesightError("--new-tokens, --repeats and --batch-size must be positive")
+    try:
+        CacheConfig(budget, interval, sinks)
+    except ValueError as exc:
+        raise ForesightError(str(exc)) from None
+    factory = policy_factory or (lambda name, b: make_policy(name))
+    built: dict[str, EvictionPolicy] = {"full": make_policy("full")}
+    for p in policies:
+        pol = p if isinstance(p, EvictionPolicy) else factory(p, budget)
+        if pol is None:
+            raise ForesightError(f"policy {p!r} is not available at B={budget}")
+        if getattr(pol, "replay_only", False):
+            raise ForesightError(f"policy {pol.name!r} only replays fixed traces; it cannot generate")
+        built.setdefault(pol.name, pol)
+    device = model.device
+    timers = {name: _HookTimer(pol, device) for name, pol in built.items()}
+    prompts = [prompt or DEFAULT_PROMPT] * batch_size
+
+    def run(name: str) -> tuple[float, float, dict]:
+        pol = built[name]
+        t_hooks = timers[name].seconds
+        _sync(device)
+        t0 = time.perf_counter()
+        res = generate(model, tokenizer, prompts, policy=pol, budget=budget if pol.evicts else None,
+                       interval=interval if pol.evicts else None, sinks=sinks, max_new_tokens=new_tokens,
+                       stop_on_eos=False)
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        got = min(len(t) for t in res.token_ids)
+        if got != new_tokens:
+            raise RuntimeError(f"{name}: generated {got} tokens instead of {new_tokens}")
+        return elapsed, timers[name].seconds - t_hooks, res.stats
+
+    names = list(built)
+    if warmup:
+        for name in names:
+            generate(model, tokenizer, prompts[:1], policy=built[name], budget=budget if built[name].evicts else None,
+                     interval=interval if built[name].evicts else None, sinks=sinks, max_new_tokens=4,
+                     stop_on_eos=False)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    hooks: dict[str, list[float]] = {n: [] for n in names}
+    stats: dict[str, dict] = {}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            elapsed, hook_s, st = run(name)
+            times[name].append(elapsed)
+            hooks[name].append(hook_s)
+            stats[name] = st
+    prompt_tokens = len(tokenizer(prompts[0])["input_ids"])
+    records = []
+    for name in names:
+        med = statistics.median(times[name])
+        peak = stats[name]["peak_entries"]
+        records.append({
+            "policy": name,
+            "budget": budget if built[name].evicts else None,
+            "interval": interval if built[name].evicts else None,
+            "new_tokens": new_tokens,
+            "prompt_tokens": prompt_tokens,
+            "batch_size": batch_size,
+            "repeats": repeats,
+            "seconds": times[name],
+            "tokens_per_s": new_tokens * batch_size / med,
+            "peak_kv_entries": max(peak),
+            "peak_kv_bytes": kv_bytes(model, peak, batch_size),
+            "policy_seconds": statistics.median(hooks[name]),
+            "policy_overhead": statistics.median(hooks[name]) / med,
+            "evictions": stats[name]["evictions"],
+        })
+    full = records[0]
+    for rec in records:
+        rec["speed_vs_full"] = rec["tokens_per_s"] / full["tokens_per_s"]
+        rec["kv_bytes_vs_full"] = rec["peak_kv_bytes"] / full["peak_kv_bytes"]
+    return records
+
+
+def bench_table(records: Sequence[dict]) -> str:
+    """Markdown table: full cache first, then the policies by decreasing speed."""
+    rows = [records[0], *sorted(records[1:], key=lambda r: -r["tokens_per_s"])]
+    lines = [
+        "| policy | budget | tokens/s | × full | peak KV entries / layer | peak KV (MiB) | × full | "
+        "time in policy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['policy']} | {r['budget'] if r['budget'] is not None else '-'} | {r['tokens_per_s']:.1f} | "
+            f"{r['speed_vs_full']:.2f} | {r['peak_kv_entries']} | {r['peak_kv_bytes'] / 2**20:.2f} | "
+            f"{r['kv_bytes_vs_full']:.2f} | {100 * r['policy_overhead']:.1f}% |"
+        )
+    return "\n".join(lines)
+
+
+__all__ = ["DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes"]

@@ -1,0 +1,59 @@
+"""``foresight bench``: decode tokens/s and peak KV bytes of policies against the full cache, side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from foresight.commands._common import add_model_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="decode speed and peak KV memory per policy vs the full cache")
+    add_model_args(p)
+    p.add_argument("--policies", default="streaming_llm", help="comma-separated policies (full is always added)")
+    p.add_argument("--budget", type=int, required=True, help="B")
+    p.add_argument("--interval", type=int, required=True, help="W")
+    p.add_argument("--sinks", type=int, default=0)
+    p.add_argument("--new-tokens", type=int, default=512, help="tokens generated per run (exactly, EOS ignored)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (median reported)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--prompt", default=None, help="prompt text (default: a short word problem)")
+    p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
+    p.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
+                   help="hyperparameter of one policy (repeatable)")
+    p.add_argument("--out", default=None, help="directory for bench.json and bench.md")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import foresight
+    from evaluation.efficiency import bench_table, benchmark
+    from evaluation.policies import check_requirements, make_factory, parse_policies
+    from foresight.commands.eval import _per_policy_kwargs
+
+    names = [n for n in parse_policies(args.policies) if n != "full"]
+    if "golden" in names:
+        raise ValueError("the golden policy only replays fixed traces; it cannot be benchmarked for decoding")
+    check_requirements(names, args.scorer, None)
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
+                           policy_kwargs=_per_policy_kwargs(args.policy_arg))
+    records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,
+                        prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory)
+    table = bench_table(records)
+    device = str(model.device)
+    header = (f"model `{args.model}` on {device}, B={args.budget}, W={args.interval}, {args.new_tokens} new tokens "
+              f"x batch {args.batch_size}, prompt {records[0]['prompt_tokens']} tokens, median of {args.repeats} "
+              "interleaved repeats")
+    print(header)
+    print()
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        meta = {"model": args.model, "device": device, "fingerprint": foresight.model_fingerprint(model)}
+        (out / "bench.json").write_text(json.dumps({"settings": meta, "records": records}, indent=2) + "\n")
+        (out / "bench.md").write_text(f"{header}\n\n{table}\n")
+        print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}")
+    return 0
