@@ -263,7 +263,7 @@ def run_from_args(args) -> int:
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
     if args.scorer:
-        check = getattr(getattr(policy, "scorer", None), "check_compatible", None)
+        check = getattr(getattr(policy, "model", None), "check_compatible", None)
         if callable(check):
             check(model)
     settings = {

@@ -102,7 +102,7 @@ def make_factory(
                 raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
             if "policy" not in learned_cache:
                 learned_cache["policy"] = make_policy("learned", scorer=scorer, **extra)
-                check = getattr(getattr(learned_cache["policy"], "scorer", None), "check_compatible", None)
+                check = getattr(getattr(learned_cache["policy"], "model", None), "check_compatible", None)
                 if model is not None and callable(check):
                     check(model)
             return learned_cache["policy"]

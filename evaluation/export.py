@@ -1,0 +1,232 @@
+"""Export a trained scorer as a self-contained, shareable checkpoint (and optionally ONNX).
+
+The export holds ``config.json`` + ``model.safetensors`` (loadable with :meth:`foresight.scorer.Scorer.from_pretrained`),
+a generated model card ``README.md`` (base model, B/W, features, provenance, evaluation numbers when a
+``fidelity.json`` or a training ``summary.json`` with fidelity results is found) and, with ``onnx=True``,
+``scorer.onnx``: the all-layers form ``scorer(x) -> scores``, x (L, batch, Hkv, n, D) -> (L, batch, Hkv, n) with
+dynamic batch and n, checked against PyTorch with onnxruntime.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import torch
+
+from foresight.errors import ForesightError
+
+ONNX_NAME = "scorer.onnx"
+
+
+def resolve_scorer_dir(path: str | Path) -> Path:
+    """A scorer directory from ``path``: the directory itself, its ``scorer/`` (training output) or the
+    ``scorer/`` of its newest checkpoint (``checkpoints/latest``)."""
+    from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME
+
+    path = Path(path)
+    if not path.exists():
+        raise ForesightError(f"scorer path not found: {path}")
+    candidates = [path, path / "scorer"]
+    latest = path / "checkpoints" / "latest"
+    if latest.is_file():
+        candidates.append(path / "checkpoints" / latest.read_text().strip() / "scorer")
+    for c in candidates:
+        if (c / CONFIG_NAME).is_file() and (c / WEIGHTS_NAME).is_file():
+            return c
+    raise ForesightError(
+        f"{path} holds no scorer (looked for {CONFIG_NAME} + {WEIGHTS_NAME} in it, in scorer/ and in the latest "
+        "checkpoint); pass a `foresight train` output directory or a scorer directory"
+    )
+
+
+def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = None) -> tuple[list[dict], str] | None:
+    """Fidelity records for the model card: ``explicit``, else a ``fidelity.json`` or training ``summary.json``
+    (its ``fidelity`` entry) next to the scorer or in the source directory."""
+    if explicit is not None:
+        p = Path(explicit)
+        if p.is_dir():
+            p = p / "fidelity.json"
+        if not p.is_file():
+            raise ForesightError(f"fidelity results not found: {p}")
+        return json.loads(p.read_text()), str(p)
+    for d in dict.fromkeys([scorer_dir, src, src.parent]):
+        for name in ("fidelity.json", "eval/fidelity.json"):
+            if (d / name).is_file():
+                return json.loads((d / name).read_text()), str(d / name)
+        summ = d / "summary.json"
+        if summ.is_file():
+            try:
+                data = json.loads(summ.read_text())
+            except json.JSONDecodeError:
+                continue
+            fid = (data.get("eval") or {}).get("fidelity") if isinstance(data.get("eval"), dict) else None
+            fid = fid or data.get("fidelity")
+            if isinstance(fid, list) and fid:
+                return fid, str(summ)
+    return None
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parent, capture_output=True,
+                             text=True, timeout=10)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
+    lines = ["## Evaluation", "", f"Fidelity on held-out traces (from `{source}`; lower loss ratio is better, "
+             "1.0 = identical to the full cache):", ""]
+    lines += ["| budget | policy | loss ratio | ΔCE (nats/token) | KL(full‖evicted) | top-1 agreement | tokens |",
+              "|---:|---|---:|---:|---:|---:|---:|"]
+
+    def num(v, d=4):
+        return "n/a" if v is None or (isinstance(v, float) and v != v) else (f"{v:.{d}f}" if isinstance(v, float) else str(v))
+
+    recs = sorted(records, key=lambda r: (r.get("budget") or config.budget,
+                                          r.get("loss_ratio") if r.get("loss_ratio") == r.get("loss_ratio") else 1e9))
+    for r in recs:
+        lines.append(f"| {r.get('budget', config.budget)} | {r['policy']} | {num(r.get('loss_ratio'))} | "
+                     f"{num(r.get('delta_ce'))} | {num(r.get('kl'))} | {num(r.get('top1_agreement'), 3)} | "
+                     f"{r.get('tokens', 'n/a')} |")
+    return lines + [""]
+
+
+def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None) -> str:
+    """Markdown model card of an exported scorer."""
+    cfg = scorer.config
+    fp = cfg.fingerprint
+    n_params = sum(p.numel() for p in scorer.parameters())
+    prov = cfg.provenance or {}
+    lines = [
+        f"# ForesightKV eviction scorer for `{fp.get('model', '?')}`",
+        "",
+        "A learned KV-cache eviction scorer (ForesightKV, DESIGN.md section 4): a tiny MLP per (layer, KV head) "
+        "that ranks cache entries (higher = keep), trained to imitate the Golden Eviction oracle.",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import foresight",
+        "from foresight.scorer import Scorer",
+        "",
+        f"model, tok = foresight.load_model({fp.get('model', 'MODEL')!r})",
+        f"scorer = Scorer.from_pretrained({str(out)!r}, model=model)  # checks the model fits",
+        f"res = foresight.generate(model, tok, 'prompt', policy=foresight.make_policy('learned', scorer=scorer),",
+        f"                         budget={cfg.budget}, interval={cfg.interval})",
+        "```",
+        "",
+        f"CLI: `foresight eval fidelity --policies learned,full --scorer {out} --budget {cfg.budget} "
+        f"--interval {cfg.interval} ...`",
+        "",
+        "## Details",
+        "",
+        f"- base model: `{fp.get('model', '?')}` ({fp.get('model_type')}, {fp.get('num_layers')} layers, "
+        f"{fp.get('num_heads')} query heads, {fp.get('num_kv_heads')} KV heads, head_dim {fp.get('head_dim')})",
+        f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
+        f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
+        f"{n_params:,} parameters",
+        f"- files: `config.json`, `model.safetensors` (sha256 `{_sha256(out / 'model.safetensors')[:16]}…`)"
+        + (f", `{ONNX_NAME}` (max |ONNX − PyTorch| = {onnx_diff:.2e} on random inputs)" if onnx_diff is not None else ""),
+        "",
+        "## Provenance",
+        "",
+    ]
+    if prov:
+        lines += [f"- {k}: `{json.dumps(v, default=str) if not isinstance(v, str) else v}`" for k, v in prov.items()]
+    else:
+        lines.append("- (the checkpoint records no provenance)")
+    lines.append("")
+    if fidelity:
+        lines += _fidelity_section(fidelity[0], fidelity[1], cfg)
+    else:
+        lines += ["## Evaluation", "", "No fidelity results were found next to the checkpoint; run "
+                  "`foresight eval fidelity` and re-export with `--fidelity`.", ""]
+    return "\n".join(lines)
+
+
+class _AllLayers(torch.nn.Module):
+    """``scorer(x)`` with ``layer_idx=None`` as a plain module for the ONNX exporter."""
+
+    def __init__(self, scorer):
+        super().__init__()
+        self.scorer = scorer
+
+    def forward(self, x):
+        return self.scorer(x)
+
+
+def export_onnx(scorer, path: Path, atol: float = 1e-5, opset: int = 18) -> float:
+    """Export ``scorer(x)`` (all layers) to ONNX with dynamic batch and n; return the max |ONNX - PyTorch|
+    over random inputs of two shapes, raising if it exceeds ``atol``."""
+    import onnxruntime as ort
+
+    cfg = scorer.config
+    scorer = scorer.float().eval()
+    L, K, D = cfg.num_layers, cfg.num_kv_heads, cfg.input_dim
+    gen = torch.Generator().manual_seed(0)
+    example = torch.randn(L, 2, K, 7, D, generator=gen)
+    wrapper = _AllLayers(scorer)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        wrapper, (example,), str(path), input_names=["features"], output_names=["scores"], opset_version=opset,
+        dynamo=False, dynamic_axes={"features": {1: "batch", 3: "n"}, "scores": {1: "batch", 3: "n"}},
+    )
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    worst = 0.0
+    for shape in ((L, 1, K, 5, D), (L, 3, K, 33, D)):
+        x = torch.randn(*shape, generator=gen) * 2
+        with torch.no_grad():
+            ref = scorer(x).numpy()
+        got = sess.run(["scores"], {"features": x.numpy()})[0]
+        if got.shape != ref.shape:
+            raise RuntimeError(f"ONNX output shape {got.shape} != PyTorch {ref.shape}")
+        worst = max(worst, float(abs(got - ref).max()))
+    if worst > atol:
+        raise RuntimeError(f"ONNX export differs from PyTorch by {worst:.2e} > {atol:.0e}")
+    return worst
+
+
+def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
+                  atol: float = 1e-5) -> dict:
+    """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
+
+    Returns ``{"out", "scorer_dir", "onnx_max_abs_diff", "fidelity_source"}``.
+    """
+    from foresight import __version__
+    from foresight.scorer import Scorer
+
+    src = Path(src)
+    scorer_dir = resolve_scorer_dir(src)
+    out = Path(out)
+    if out.resolve() == scorer_dir.resolve():
+        raise ForesightError("--out must differ from the source scorer directory")
+    scorer = Scorer.from_pretrained(scorer_dir)
+    prov = dict(scorer.config.provenance or {})
+    prov.setdefault("exported_from", str(scorer_dir.resolve()))
+    prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    prov["foresightkv_version"] = __version__
+    commit = _git_commit()
+    if commit:
+        prov.setdefault("export_git_commit", commit)
+    scorer.config.provenance = prov
+    scorer.save_pretrained(out)
+    fid = find_fidelity(src, scorer_dir, fidelity)
+    if fid:
+        (out / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")
+    diff = export_onnx(scorer, out / ONNX_NAME, atol=atol) if onnx else None
+    (out / "README.md").write_text(model_card(scorer, out, fid, diff))
+    return {"out": str(out), "scorer_dir": str(scorer_dir), "onnx_max_abs_diff": diff,
+            "fidelity_source": fid[1] if fid else None}
+
+
+__all__ = ["export_onnx", "export_scorer", "find_fidelity", "model_card", "resolve_scorer_dir"]

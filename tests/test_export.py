@@ -1,0 +1,101 @@
+"""``foresight export``: round trip of the checkpoint, ONNX parity, model card, and use of the export."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from foresight.cli import main
+
+
+@pytest.fixture
+def scorer_dir(tmp_path, tiny_llama):
+    """A scorer with non-trivial weights and normaliser, saved as a training run would (``<run>/scorer``)."""
+    from foresight.models import model_fingerprint
+    from foresight.scorer import Scorer, ScorerConfig
+
+    model, _ = tiny_llama
+    cfg = ScorerConfig(fingerprint=model_fingerprint(model), budget=32, interval=8,
+                       provenance={"trainer": "sl", "steps": 3})
+    scorer = Scorer(cfg, seed=5)
+    with torch.no_grad():
+        scorer.b2.normal_()
+        scorer.feature_mean.normal_()
+        scorer.feature_std.uniform_(0.5, 2.0)
+    run = tmp_path / "run"
+    scorer.save_pretrained(run / "scorer")
+    fid = [{"policy": "learned", "budget": 32, "interval": 8, "loss_ratio": 1.0123, "delta_ce": 0.01, "kl": 0.02,
+            "top1_agreement": 0.97, "tokens": 500},
+           {"policy": "random", "budget": 32, "interval": 8, "loss_ratio": 1.2345, "delta_ce": 0.2, "kl": 0.3,
+            "top1_agreement": 0.8, "tokens": 500}]
+    (run / "fidelity.json").write_text(json.dumps(fid))
+    return run
+
+
+def _features(cfg, gen, batch=2, n=11):
+    return torch.randn(cfg.num_layers, batch, cfg.num_kv_heads, n, cfg.input_dim, generator=gen) * 3
+
+
+def test_round_trip(scorer_dir, tmp_path, capsys):
+    from foresight.scorer import Scorer
+
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
+    assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "README.md"}
+    orig = Scorer.from_pretrained(scorer_dir / "scorer")
+    exp = Scorer.from_pretrained(out)
+    x = _features(orig.config, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(orig(x), exp(x))
+        assert torch.equal(orig(x[1], layer_idx=1), exp(x[1], layer_idx=1))
+    assert exp.config.budget == 32 and exp.config.interval == 8
+    prov = exp.config.provenance
+    assert prov["trainer"] == "sl" and "exported_at" in prov and prov["exported_from"].endswith("scorer")
+    card = (out / "README.md").read_text()
+    assert "B = 32, interval W = 8" in card and "tiny-llama" in card
+    assert "| 32 | learned | 1.0123 |" in card  # evaluation numbers found next to the checkpoint
+    assert card.index("| learned |") < card.index("| random |")  # best first
+
+
+def test_onnx_matches_pytorch(scorer_dir, tmp_path, capsys):
+    import onnxruntime as ort
+
+    from foresight.scorer import Scorer
+
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir / "scorer"), "--out", str(out), "--onnx"]) == 0
+    assert "max |onnxruntime - PyTorch|" in capsys.readouterr().out
+    scorer = Scorer.from_pretrained(out)
+    sess = ort.InferenceSession(str(out / "scorer.onnx"), providers=["CPUExecutionProvider"])
+    gen = torch.Generator().manual_seed(1)
+    for batch, n in ((1, 4), (3, 40)):  # dynamic batch and sequence axes
+        x = _features(scorer.config, gen, batch, n)
+        with torch.no_grad():
+            ref = scorer(x).numpy()
+        got = sess.run(None, {"features": x.numpy()})[0]
+        assert got.shape == ref.shape
+        assert np.abs(got - ref).max() <= 1e-5
+
+
+def test_exported_scorer_drives_the_learned_policy(scorer_dir, tmp_path, tiny_llama):
+    from evaluation.fidelity import evaluate_fidelity
+    from evaluation.policies import make_factory
+
+    model, _ = tiny_llama
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
+    seq = torch.randint(3, 250, (80,), generator=torch.Generator().manual_seed(2)).tolist()
+    factory = make_factory(model=model, scorer=str(out), interval=8)
+    rec = evaluate_fidelity(model, [seq], ["learned"], [32], 8, policy_factory=factory)[0]
+    assert rec["policy"] == "learned" and rec["tokens"] == 80 - 1 - 40 and rec["kl"] > 0
+
+
+def test_export_errors(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
+    assert "not found" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
+    assert "holds no scorer" in capsys.readouterr().err
