@@ -1,0 +1,75 @@
+"""Decode throughput of the foresight runtime (policy ``full``) against plain HF ``model.generate``.
+
+Both run greedy decoding of the same prompt for the same number of new tokens (EOS ignored), interleaved
+repetition by repetition so that machine noise hits both alike; prints tokens/s and the ratio.
+
+    python benchmarks/bench_runtime.py --new-tokens 256 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import foresight
+
+
+def _time(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--policy", default="full", help="policy for the foresight side (default full)")
+    ap.add_argument("--budget", type=int, default=None)
+    ap.add_argument("--interval", type=int, default=None)
+    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    args = ap.parse_args()
+
+    model, tok = foresight.load_model(args.model)
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "Solve step by step: what is the sum of the first 50 odd numbers?"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    enc = tok([prompt], return_tensors="pt").to(model.device)
+    n = args.new_tokens
+
+    def hf():
+        model.generate(**enc, do_sample=False, max_new_tokens=n, min_new_tokens=n)
+
+    def ours():
+        foresight.generate(model, tok, [prompt], policy=args.policy, budget=args.budget, interval=args.interval,
+                           max_new_tokens=n, stop_on_eos=False)
+
+    with torch.inference_mode():
+        hf(), ours()  # warm-up
+        times = {"hf_generate": [], "foresight": []}
+        for _ in range(args.repeats):
+            times["hf_generate"].append(_time(hf))
+            times["foresight"].append(_time(ours))
+    tps = {k: n / statistics.median(v) for k, v in times.items()}
+    ratio = tps["foresight"] / tps["hf_generate"]
+    result = {"model": args.model, "new_tokens": n, "repeats": args.repeats, "policy": args.policy,
+              "device": str(model.device), "threads": torch.get_num_threads(),
+              "tokens_per_s": {k: round(v, 2) for k, v in tps.items()}, "ratio": round(ratio, 3)}
+    print(f"{'runner':<14}{'tokens/s':>10}")
+    for k, v in tps.items():
+        print(f"{k:<14}{v:>10.2f}")
+    print(f"ratio foresight/hf_generate = {ratio:.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
