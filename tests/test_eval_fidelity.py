@@ -206,3 +206,39 @@ def test_cli_rejects_traces_of_another_model(trace_dir, tmp_path, capsys):
                "--budget", "24", "--interval", "8", "--out", str(tmp_path / "x")])
     assert rc == 2
     assert "another model" in capsys.readouterr().err
+
+
+# ---- golden ------------------------------------------------------------------------------------------------------
+
+
+def test_golden_beats_random_on_the_copy_task(copy_model, copy_traces):
+    from golden.oracle import label_trace
+
+    ids = [f"t{i}" for i in range(len(copy_traces))]
+    labels = {i: label_trace(copy_model, torch.tensor([s]), 12, 4, trace_id=i) for i, s in zip(ids, copy_traces)}
+    recs = evaluate_fidelity(copy_model, copy_traces, ["golden", "random"], [12], 4, trace_ids=ids,
+                             policy_kwargs={"golden": {"labels": labels}})
+    golden, rand = _rec(recs, "golden", 12), _rec(recs, "random", 12)
+    assert golden["loss_ratio"] < rand["loss_ratio"]
+    assert golden["kl"] < rand["kl"]
+
+
+def test_cli_golden_labels_per_budget(trace_dir, tmp_path, capsys, tiny_llama):
+    from golden.labels import save_labels
+    from golden.oracle import label_trace
+    from golden.traces import load_traces
+
+    model, _ = tiny_llama
+    ds = load_traces(trace_dir)
+    labels = [label_trace(model, torch.tensor([r["input_ids"]]), 24, 8, trace_id=r["trace_id"]) for r in ds]
+    (tmp_path / "golden").mkdir()
+    save_labels(tmp_path / "golden" / "b24.safetensors", labels)
+    out = tmp_path / "fid"
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies",
+               "golden,full", "--budget", "24,48", "--interval", "8", "--golden", str(tmp_path / "golden"),
+               "--out", str(out), "--quiet"])
+    assert rc == 0
+    assert "skipped golden at B=48" in capsys.readouterr().err
+    records = json.loads((out / "fidelity.json").read_text())
+    assert sorted((r["policy"], r["budget"]) for r in records) == [("full", 24), ("full", 48), ("golden", 24)]
+    assert "skipped golden at B=48" in (out / "fidelity.md").read_text()
