@@ -1,0 +1,132 @@
+"""`foresight train grpo` end to end on a tiny model: the shared loop, resume, and a 2-rank CPU DeepSpeed run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import foresight
+from foresight.scorer import Scorer, ScorerConfig
+from tests.conftest import get_model
+
+B, W = 16, 4
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_grpo(tmp_path_factory):
+    """Six random-token traces of 38-63 tokens (six problems) and an untrained tiny scorer directory."""
+    import datasets
+
+    root = tmp_path_factory.mktemp("grpo")
+    model, _ = get_model("tiny-llama")
+    fp = foresight.model_fingerprint(model)
+    sc = Scorer(ScorerConfig(fp, budget=B, interval=W, hidden=8), seed=0)
+    sc.config.provenance = {"trainer": "test"}
+    sc.save_pretrained(root / "scorer")
+    gen = torch.Generator().manual_seed(0)
+    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
+                            "fingerprint")}
+    for i in range(6):
+        rows["trace_id"].append(f"p{i}#0")
+        rows["problem_id"].append(f"p{i}")
+        rows["sample"].append(0)
+        rows["input_ids"].append(torch.randint(3, 200, (38 + 5 * i,), generator=gen).tolist())
+        rows["prompt_len"].append(8)
+        rows["answer"].append("")
+        rows["settings"].append("{}")
+        rows["fingerprint"].append(json.dumps(fp))
+    datasets.Dataset.from_dict(rows).save_to_disk(str(root / "traces"))
+    return root
+
+
+def _cfg(root: Path, out: Path, **kw):
+    from training.grpo import GRPOConfig
+
+    base = dict(model="tiny-llama", traces=str(root / "traces"), init_scorer=str(root / "scorer"), out_dir=str(out),
+                steps=4, inner_epochs=2, group_size=3, heldout=2, checkpoint_every=0, lr=1e-2, log_every=1,
+                eval_traces=1, eval_group_size=2, device="cpu",
+                deepspeed=str(REPO / "configs" / "deepspeed" / "zero0.json"))
+    base.update(kw)
+    return GRPOConfig.from_dict(base)
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_grpo_trains_and_resume_equals_uninterrupted(tiny_grpo, tmp_path):
+    from training.grpo import run_grpo
+    from training.logging import read_metrics
+
+    model, _ = get_model("tiny-llama")
+    full = run_grpo(_cfg(tiny_grpo, tmp_path / "full"), model=model)
+    assert full["finished"] and full["skipped"] == 0
+    for key in ("heldout_reward_sample", "heldout_reward_topk", "heldout_loss_ratio_topk"):
+        assert key in full["eval"] and key in full["eval_before"]
+    recs = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    train = [r for r in recs if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [1, 2, 3, 4]
+    assert [r["inner_epoch"] for r in train] == [0, 1, 0, 1]
+    assert "rollout_seconds" in train[0] and "rollout_seconds" not in train[1]  # rollouts reused by epoch 2
+    assert train[0]["ratio_mean"] == pytest.approx(1.0) and train[0]["kl_k3"] == pytest.approx(0.0, abs=1e-7)
+    assert train[1]["beta"] < train[0]["beta"]
+    init, final = _weights(tiny_grpo / "scorer"), _weights(tmp_path / "full" / "scorer")
+    assert any(not torch.equal(init[k], final[k]) for k in ("w1", "w2", "b1"))  # it learned something
+    assert torch.equal(init["feature_mean"], final["feature_mean"])  # the normaliser is a buffer, untouched
+    prov = json.loads((tmp_path / "full" / "scorer" / "config.json").read_text())["provenance"]
+    assert prov["trainer"] == "test" and prov["grpo"]["init_scorer"] == str(tiny_grpo / "scorer")
+
+    # stop after 2 steps (a rollout boundary), then --resume: same weights as the uninterrupted run
+    part = run_grpo(_cfg(tiny_grpo, tmp_path / "part", checkpoint_every=2, max_steps_per_run=2), model=model)
+    assert not part["finished"]
+    resumed = run_grpo(_cfg(tiny_grpo, tmp_path / "part", checkpoint_every=2), resume=True, model=model)
+    assert resumed["start"] == 2 and resumed["finished"] and "eval_before" not in resumed
+    b = _weights(tmp_path / "part" / "scorer")
+    for k in final:
+        torch.testing.assert_close(b[k], final[k], rtol=0, atol=1e-7, msg=k)
+
+
+def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
+    from foresight.cli import main
+
+    assert main(["train", "grpo", f"traces={tiny_grpo / 'traces'}", f"init_scorer={tiny_grpo / 'scorer'}",
+                 "group_size=1"]) == 2
+    assert "group_size" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_rank_cpu_deepspeed_grpo_run_and_resume(tiny_grpo, tmp_path):
+    """`torchrun --nproc_per_node 2 -m foresight train grpo` on CPU: 1 step, stop, --resume to 2 steps."""
+    out = tmp_path / "ddp"
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+
+    def launch(*extra):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29741",
+               "-m", "foresight", "train", "grpo", "--config", str(REPO / "configs" / "grpo.yaml"),
+               "model=tiny-llama", f"traces={tiny_grpo / 'traces'}", f"init_scorer={tiny_grpo / 'scorer'}",
+               "heldout=2", "steps=2", "group_size=2", "checkpoint_every=1", "eval_traces=1", "eval_group_size=2",
+               f"out_dir={out}", "device=cpu", f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero0.json'}", *extra]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    launch("max_steps_per_run=1")
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_000001"
+    assert not (out / "scorer").exists()
+    proc = launch("--resume")
+    assert "resumed from step 1" in proc.stdout
+    assert (out / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["start"] == 1 and summary["skipped"] == 0
+    assert "heldout_loss_ratio_topk" in summary["eval"]
+    Scorer.from_pretrained(out / "scorer")
