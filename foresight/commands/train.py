@@ -1,0 +1,56 @@
+"""``foresight train <trainer> --config FILE [key=value ...] [--resume]``: train the learned scorer.
+
+Trainers (``sl`` distillation, ``grpo`` ...) come from :mod:`training.registry`; each registers its config
+dataclass, so this module never changes when a trainer is added. Launch it plain, or under
+``torchrun --nproc_per_node N`` / ``deepspeed --num_gpus N`` (see docs/training.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from foresight.commands._common import parse_kv
+
+
+def register(sub) -> None:
+    from training.registry import load_trainers
+
+    p = sub.add_parser("train", help="train the learned scorer (sl, grpo, ...)")
+    tsub = p.add_subparsers(dest="trainer", metavar="TRAINER")
+    for name, spec in sorted(load_trainers().items()):
+        tp = tsub.add_parser(name, help=spec.help, description=spec.help)
+        tp.add_argument("--config", default=None, help=f"YAML config (e.g. configs/{name}.yaml)")
+        tp.add_argument("--resume", action="store_true", help="continue from the last checkpoint in out_dir")
+        tp.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+        tp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config keys")
+        tp.set_defaults(func=run)
+    p.set_defaults(func=lambda args: p.print_help() or 0)
+
+
+def build_config(spec, config_path: str | None, overrides: list[str]):
+    """Config dataclass from a YAML file plus ``key=value`` overrides (unknown keys are an error)."""
+    data = {}
+    if config_path:
+        path = Path(config_path)
+        if not path.is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} must hold a mapping of config keys")
+    data.update(parse_kv(overrides))
+    return spec.config_cls.from_dict(data)
+
+
+def run(args) -> int:
+    from training.registry import TRAINERS
+
+    spec = TRAINERS[args.trainer]
+    cfg = build_config(spec, args.config, args.overrides)
+    summary = spec.run(cfg, resume=args.resume)
+    if summary is not None and summary.get("eval"):
+        print(json.dumps(summary["eval"], indent=2, default=str))
+    return 0

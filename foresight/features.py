@@ -1,0 +1,215 @@
+"""The one per-candidate feature extractor of the learned scorer (DESIGN.md section 4).
+
+ForesightKV (learned KV-cache eviction distilled from a Golden Eviction oracle) scores each cache entry from ``concat(key, value, attention features)``. The public reference implementation computed these
+features differently in training and at inference; here a single class, :class:`FeatureExtractor`, is used by
+both the ``learned`` policy (generation) and the distillation replay (:mod:`training.sl`), so they cannot drift.
+
+The extractor is an *observer*: it sees every forward step of every layer through
+:meth:`FeatureExtractor.observe` (the runtime's :class:`~foresight.cache.StepView`) and keeps, per layer,
+
+* the attention rows of the last ``R = max(W, 32)`` queries over the cache entries, per query head of the
+  group: a (batch, Hkv, G, R, n) ring buffer, zero-padded for entries that arrived after a query;
+* two per-entry accumulators updated at eviction events: the cumulative sum of the window sums across
+  events, and the decayed cumulative sum ``prev * decay + current`` (decay 0.9).
+
+Everything is kept aligned with the cache through :meth:`FeatureExtractor.on_evict` (the same gather the
+cache applies). At an event, :meth:`FeatureExtractor.features` returns (batch, Hkv, C, D) features of the C
+candidates. Feature groups (``feature_set``):
+
+``key``
+    the cached key (post-RoPE, post k-norm: exactly what the cache stores), ``d`` numbers.
+``value``
+    the cached value, ``d`` numbers.
+``attn``
+    per query head of the group, 8 numbers: max and min over the last ``W`` queries; sums over the last
+    ``W``, 32, 16 and 8 queries; cumulative sum of window sums across events; decayed cumulative sum.
+    ``8 * G`` numbers, each mapped through ``log(x + 1e-6)`` (attention spans orders of magnitude).
+``age``
+    ``log1p(t - position)``, with ``t`` the newest position in the cache plus one; 1 number.
+
+Normalisation: besides the fixed log transform above, features are standardised per (layer, KV head,
+feature) by the scorer with statistics fitted on the training features (see :mod:`foresight.scorer`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from foresight.cache import EvictView, StepView
+
+#: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
+SHORT_WINDOWS = (32, 16, 8)
+ATTN_STATS = 8  # max, min, sum_W, sum_32, sum_16, sum_8, cumulative, decayed
+LOG_EPS = 1e-6
+
+
+@dataclass
+class _LayerState:
+    rows: torch.Tensor | None = None  # (b, Hkv, G, <=R, n) attention of the last R queries (newest last)
+    filled: int = 0  # valid rows in ``rows`` (the newest are last)
+    cum: torch.Tensor | None = None  # (b, Hkv, G, n) cumulative window sums across events
+    dec: torch.Tensor | None = None  # (b, Hkv, G, n) decayed cumulative window sums
+
+
+def _group_key(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
+    return view.keys[..., :c, :].float()
+
+
+def _group_value(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
+    return view.values[..., :c, :].float()
+
+
+def _group_attn(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
+    b, h, n = view.positions.shape
+    g = ext.num_groups
+    if st.rows is None or st.filled == 0:
+        stats = torch.zeros(b, h, g, ATTN_STATS, c, device=view.keys.device)
+    else:
+        rows = st.rows[..., :c]  # (b, h, g, filled, c)
+        last_w = rows[..., -ext.window :, :]
+        sums = [last_w.sum(3)] + [rows[..., -w:, :].sum(3) for w in SHORT_WINDOWS]
+        stats = torch.stack(
+            [last_w.amax(3), last_w.amin(3), *sums, st.cum[..., :c], st.dec[..., :c]], dim=3
+        )  # (b, h, g, 8, c)
+    stats = torch.log(stats + LOG_EPS)
+    return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
+
+
+def _group_age(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
+    pos = view.positions.float()
+    now = pos.amax(-1, keepdim=True) + 1
+    return torch.log1p((now - pos[..., :c]).clamp(min=0))[..., None]
+
+
+#: name -> (width given (head_dim, num_groups), builder); builders return (b, Hkv, C, width) fp32.
+FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
+    "key": (lambda d, g: d, _group_key),
+    "value": (lambda d, g: d, _group_value),
+    "attn": (lambda d, g: ATTN_STATS * g, _group_attn),
+    "age": (lambda d, g: 1, _group_age),
+}
+DEFAULT_FEATURE_SET = ("key", "value", "attn")
+
+
+def check_feature_set(feature_set) -> tuple[str, ...]:
+    """Validate a feature set (names from :data:`FEATURE_GROUPS`, no repeats) and return it as a tuple."""
+    if isinstance(feature_set, str):
+        feature_set = [s.strip() for s in feature_set.split(",") if s.strip()]
+    fs = tuple(feature_set)
+    bad = [f for f in fs if f not in FEATURE_GROUPS]
+    if bad or not fs or len(set(fs)) != len(fs):
+        raise ValueError(
+            f"invalid feature set {list(fs)}: choose distinct names from {', '.join(FEATURE_GROUPS)}"
+        )
+    return fs
+
+
+def feature_dim(feature_set, head_dim: int, num_groups: int) -> int:
+    """Width D of the per-candidate feature vector."""
+    return sum(FEATURE_GROUPS[f][0](head_dim, num_groups) for f in check_feature_set(feature_set))
+
+
+@dataclass
+class FeatureExtractor:
+    """Accumulates attention statistics while observing and builds per-candidate features at events.
+
+    Parameters
+    ----------
+    window
+        ``W``: the recent-query window of the max/min/sum statistics (normally the eviction interval).
+    feature_set
+        Feature groups, see the module docstring.
+    decay
+        Decay of the decayed cumulative sum (``prev * decay + current``).
+    """
+
+    window: int
+    feature_set: tuple[str, ...] = DEFAULT_FEATURE_SET
+    decay: float = 0.9
+    num_groups: int = field(default=1, init=False)
+    _layers: list[_LayerState] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self):
+        if not isinstance(self.window, int) or self.window <= 0:
+            raise ValueError(f"window must be a positive integer, got {self.window!r}")
+        if not 0.0 <= self.decay <= 1.0:
+            raise ValueError(f"decay must be in [0, 1], got {self.decay}")
+        self.feature_set = check_feature_set(self.feature_set)
+
+    @property
+    def needs_attention(self) -> bool:
+        return "attn" in self.feature_set
+
+    @property
+    def history(self) -> int:
+        """Rows kept in the ring buffer: enough for the ``W`` window and the fixed short windows."""
+        return max(self.window, *SHORT_WINDOWS)
+
+    def dim(self, head_dim: int, num_groups: int) -> int:
+        return feature_dim(self.feature_set, head_dim, num_groups)
+
+    def reset(self, num_layers: int, num_groups: int = 1) -> None:
+        """Forget everything (a new batch of sequences)."""
+        self.num_groups = num_groups
+        self._layers = [_LayerState() for _ in range(num_layers)]
+
+    # -- observation ----------------------------------------------------------------------------------------------
+    def observe(self, view: StepView) -> None:
+        """Append the step's attention rows (batch, Hkv, G, q, n) to the layer's ring buffer."""
+        if not self.needs_attention:
+            return
+        st = self._layers[view.layer_idx]
+        probs = view.probs  # (b, h, g, q, n), fp32, zero where masked
+        q, n = probs.shape[3], probs.shape[4]
+        if st.rows is None:
+            rows = probs.new_zeros(*probs.shape[:3], 0, n)
+        else:  # entries appended by this step received no attention from earlier queries
+            rows = torch.nn.functional.pad(st.rows, (0, n - st.rows.shape[-1]))
+        st.rows = torch.cat([rows, probs], dim=3)[..., -self.history :, :]
+        st.filled = min(st.filled + q, self.history)
+        if st.cum is None:
+            st.cum = probs.new_zeros(*probs.shape[:3], n)
+            st.dec = probs.new_zeros(*probs.shape[:3], n)
+        elif st.cum.shape[-1] < n:
+            st.cum = torch.nn.functional.pad(st.cum, (0, n - st.cum.shape[-1]))
+            st.dec = torch.nn.functional.pad(st.dec, (0, n - st.dec.shape[-1]))
+
+    # -- events ---------------------------------------------------------------------------------------------------
+    def features(self, view: EvictView) -> torch.Tensor:
+        """Features of the candidates of one layer at an event, (batch, Hkv, C, D) fp32.
+
+        Call exactly once per layer and event: it also folds the current window into the cumulative and
+        decayed sums (over all entries, candidates and protected ones).
+        """
+        st = self._layers[view.layer_idx]
+        if self.needs_attention and st.rows is not None and st.filled > 0:
+            n = view.positions.shape[-1]
+            cur = st.rows[..., -self.window :, :n].sum(3)
+            st.cum = st.cum[..., :n] + cur
+            st.dec = st.dec[..., :n] * self.decay + cur
+        c = view.num_candidates
+        parts = [FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set]
+        return torch.cat(parts, dim=-1)
+
+    def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
+        """Keep the per-entry state of entries ``keep`` (batch, Hkv, k), as the cache just did."""
+        st = self._layers[layer_idx]
+        if st.rows is None:
+            return
+        b, h, k = keep.shape
+        g, r = st.rows.shape[2], st.rows.shape[3]
+        st.rows = st.rows.gather(-1, keep[:, :, None, None, :].expand(b, h, g, r, k))
+        st.cum = st.cum.gather(-1, keep[:, :, None, :].expand(b, h, g, k))
+        st.dec = st.dec.gather(-1, keep[:, :, None, :].expand(b, h, g, k))
+
+
+__all__ = [
+    "DEFAULT_FEATURE_SET",
+    "FEATURE_GROUPS",
+    "FeatureExtractor",
+    "check_feature_set",
+    "feature_dim",
+]

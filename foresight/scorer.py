@@ -1,0 +1,215 @@
+"""The learned eviction scorer: a tiny MLP per (layer, KV head) (DESIGN.md section 4).
+
+``score = Linear(H->1)(GELU(Linear(D->H)(standardise(x))))`` with separate weights for every layer and KV
+head, evaluated for all heads at once with batched matmuls (``einsum``). The output is a *keep* score
+(higher = keep), the convention of every :class:`~foresight.policies.base.EvictionPolicy`; DESIGN.md's
+eviction score is its negation ``phi = -score``.
+
+Inputs are the features of :class:`foresight.features.FeatureExtractor`; they are standardised per
+(layer, KV head, feature) with ``feature_mean`` / ``feature_std`` buffers fitted on training features
+(:meth:`Scorer.fit_normalizer`) and saved with the weights, so the exported scorer is self-contained.
+
+A scorer directory holds ``config.json`` (:class:`ScorerConfig`: base-model fingerprint, B, W, feature set,
+hidden size, provenance) and ``model.safetensors``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from foresight.errors import ForesightError
+from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+#: Fingerprint fields that must match between a scorer and the model it is used with.
+FINGERPRINT_KEYS = ("model_type", "num_layers", "num_kv_heads", "num_heads", "head_dim")
+
+
+class ScorerMismatchError(ForesightError):
+    """A scorer was trained for a different model (layers, heads or head dim differ)."""
+
+
+@dataclass
+class ScorerConfig:
+    """Everything needed to rebuild a scorer and to check it fits a model.
+
+    Parameters
+    ----------
+    fingerprint
+        :func:`foresight.model_fingerprint` of the base model.
+    budget, interval
+        B and W the scorer was trained at; ``interval`` is also the extractor's recent-query window.
+    feature_set
+        Feature groups of :mod:`foresight.features`.
+    hidden
+        Hidden width of the per-head MLP (DESIGN.md: 16).
+    decay
+        Decay of the decayed cumulative attention feature.
+    provenance
+        Free-form record of how the scorer was made (data, steps, git commit, ...).
+    """
+
+    fingerprint: dict
+    budget: int
+    interval: int
+    feature_set: tuple[str, ...] = DEFAULT_FEATURE_SET
+    hidden: int = 16
+    decay: float = 0.9
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        missing = [k for k in ("num_layers", "num_kv_heads", "num_heads", "head_dim") if k not in self.fingerprint]
+        if missing:
+            raise ValueError(f"fingerprint lacks {', '.join(missing)}; use foresight.model_fingerprint(model)")
+        if self.budget <= 0 or self.interval <= 0 or self.interval >= self.budget:
+            raise ValueError(f"need 0 < interval < budget, got budget={self.budget} interval={self.interval}")
+        if self.hidden <= 0:
+            raise ValueError(f"hidden must be positive, got {self.hidden}")
+        self.feature_set = check_feature_set(self.feature_set)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.fingerprint["num_layers"])
+
+    @property
+    def num_kv_heads(self) -> int:
+        return int(self.fingerprint["num_kv_heads"])
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.fingerprint["num_heads"]) // self.num_kv_heads
+
+    @property
+    def input_dim(self) -> int:
+        return feature_dim(self.feature_set, int(self.fingerprint["head_dim"]), self.num_groups)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["feature_set"] = list(self.feature_set)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ScorerConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def extractor(self) -> FeatureExtractor:
+        """The feature extractor matching this scorer (the only way features are built)."""
+        return FeatureExtractor(window=self.interval, feature_set=self.feature_set, decay=self.decay)
+
+
+class Scorer(nn.Module):
+    """Per-(layer, KV head) MLP ranking cache entries; see the module docstring.
+
+    ``scorer(x, layer_idx)`` maps (..., Hkv, n, D) features of one layer to (..., Hkv, n) keep scores;
+    ``scorer(x)`` maps (L, ..., Hkv, n, D) features of all layers to (L, ..., Hkv, n).
+    """
+
+    def __init__(self, config: ScorerConfig, seed: int | None = 0):
+        super().__init__()
+        self.config = config
+        L, K, D, H = config.num_layers, config.num_kv_heads, config.input_dim, config.hidden
+        self.w1 = nn.Parameter(torch.empty(L, K, D, H))
+        self.b1 = nn.Parameter(torch.empty(L, K, H))
+        self.w2 = nn.Parameter(torch.empty(L, K, H))
+        self.b2 = nn.Parameter(torch.zeros(L, K))
+        self.register_buffer("feature_mean", torch.zeros(L, K, D))
+        self.register_buffer("feature_std", torch.ones(L, K, D))
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        with torch.no_grad():  # nn.Linear's default init, per head
+            b = 1.0 / math.sqrt(D)
+            self.w1.copy_(torch.rand(L, K, D, H, generator=gen) * 2 * b - b)
+            self.b1.copy_(torch.rand(L, K, H, generator=gen) * 2 * b - b)
+            b = 1.0 / math.sqrt(H)
+            self.w2.copy_(torch.rand(L, K, H, generator=gen) * 2 * b - b)
+
+    def forward(self, x: torch.Tensor, layer_idx: int | None = None) -> torch.Tensor:
+        if layer_idx is not None:
+            w1, b1, w2, b2 = self.w1[layer_idx], self.b1[layer_idx], self.w2[layer_idx], self.b2[layer_idx]
+            mean, std = self.feature_mean[layer_idx], self.feature_std[layer_idx]
+            x = (x.to(w1.dtype) - mean[:, None, :]) / std[:, None, :]
+            h = F.gelu(torch.einsum("...knd,kdh->...knh", x, w1) + b1[:, None, :])
+            return torch.einsum("...knh,kh->...kn", h, w2) + b2[:, None]
+        lead = x.shape[1:-3]
+        L, K, n, D = x.shape[0], x.shape[-3], x.shape[-2], x.shape[-1]
+        x = x.reshape(L, -1, K, n, D).to(self.w1.dtype)
+        x = (x - self.feature_mean[:, None, :, None, :]) / self.feature_std[:, None, :, None, :]
+        h = F.gelu(torch.einsum("lbknd,lkdh->lbknh", x, self.w1) + self.b1[:, None, :, None, :])
+        out = torch.einsum("lbknh,lkh->lbkn", h, self.w2) + self.b2[:, None, :, None]
+        return out.reshape(L, *lead, K, n)
+
+    # -- normalisation ----------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def fit_normalizer(self, features: torch.Tensor, min_std: float = 1e-4) -> None:
+        """Set per-(layer, head, feature) mean/std from training features (L, ..., Hkv, n, D)."""
+        L, K, D = features.shape[0], features.shape[-3], features.shape[-1]
+        x = features.float().transpose(1, -3).reshape(L, K, -1, D) if features.dim() > 4 else features.float()
+        self.feature_mean.copy_(x.mean(2))
+        self.feature_std.copy_(x.std(2, unbiased=False).clamp(min=min_std))
+
+    # -- compatibility ----------------------------------------------------------------------------------------
+    def check_compatible(self, model_or_fingerprint) -> None:
+        """Raise :class:`ScorerMismatchError` unless the model has the layout this scorer was trained for."""
+        from foresight.models import model_fingerprint
+
+        fp = model_or_fingerprint if isinstance(model_or_fingerprint, dict) else model_fingerprint(model_or_fingerprint)
+        mine = self.config.fingerprint
+        diff = [f"{k}: scorer {mine.get(k)!r} vs model {fp.get(k)!r}" for k in FINGERPRINT_KEYS
+                if k in mine and k in fp and mine[k] != fp[k]]
+        if diff:
+            raise ScorerMismatchError(
+                f"scorer was trained for {mine.get('model', '?')!r}, not {fp.get('model', '?')!r} ({'; '.join(diff)})"
+            )
+
+    def check_shape(self, num_layers: int, num_kv_heads: int | None = None, num_groups: int | None = None,
+                    head_dim: int | None = None) -> None:
+        """Like :meth:`check_compatible` from the shapes a policy sees at run time."""
+        cfg = self.config
+        got = {"num_layers": num_layers, "num_kv_heads": num_kv_heads, "num_groups": num_groups, "head_dim": head_dim}
+        want = {"num_layers": cfg.num_layers, "num_kv_heads": cfg.num_kv_heads, "num_groups": cfg.num_groups,
+                "head_dim": int(cfg.fingerprint["head_dim"])}
+        diff = [f"{k}: scorer {want[k]} vs model {v}" for k, v in got.items() if v is not None and v != want[k]]
+        if diff:
+            raise ScorerMismatchError(
+                f"scorer trained for {cfg.fingerprint.get('model', '?')!r} does not fit this model ({'; '.join(diff)})"
+            )
+
+    # -- persistence ------------------------------------------------------------------------------------------
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2, default=str))
+        state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "type": "foresight-scorer"})
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, model=None, device: str | torch.device | None = None) -> "Scorer":
+        """Load a scorer directory; with ``model`` given, also :meth:`check_compatible` against it."""
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        if not (directory / CONFIG_NAME).is_file() or not (directory / WEIGHTS_NAME).is_file():
+            raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
+        config = ScorerConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
+        scorer = cls(config, seed=None)
+        scorer.load_state_dict(load_file(str(directory / WEIGHTS_NAME)))
+        if model is not None:
+            scorer.check_compatible(model)
+        if device is not None:
+            scorer.to(device)
+        return scorer.eval()
+
+
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "Scorer", "ScorerConfig", "ScorerMismatchError"]

@@ -1,0 +1,270 @@
+"""The learned scorer, its feature extractor and the `learned` policy.
+
+Key property (issue 6): there is ONE feature extractor. Features computed while decoding with the `learned`
+policy equal those computed during a teacher-forced replay of the same sequence along the same evictions.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import foresight
+from foresight.errors import ForesightError
+from foresight.features import ATTN_STATS, FeatureExtractor, feature_dim
+from foresight.policies import make_policy
+from foresight.policies.base import EvictionPolicy
+from foresight.policies.learned import sample_keep
+from foresight.policies.recorder import FeatureRecorder
+from foresight.scorer import Scorer, ScorerConfig, ScorerMismatchError
+from tests.conftest import get_model
+
+B, W = 16, 4
+FULL_SET = ("key", "value", "attn", "age")
+
+
+def _scorer(model, feature_set=FULL_SET, seed=0, hidden=8) -> Scorer:
+    cfg = ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, feature_set=feature_set, hidden=hidden)
+    return Scorer(cfg, seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scorer network
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_scorer_all_layers_equals_per_layer_and_per_head_loop():
+    model, _ = get_model("tiny-llama")
+    sc = _scorer(model)
+    with torch.no_grad():
+        sc.feature_mean.normal_()
+        sc.feature_std.uniform_(0.5, 2.0)
+    L, K, D = sc.config.num_layers, sc.config.num_kv_heads, sc.config.input_dim
+    x = torch.randn(L, 3, K, 7, D)
+    out = sc(x)
+    assert out.shape == (L, 3, K, 7)
+    for layer in range(L):
+        torch.testing.assert_close(sc(x[layer], layer_idx=layer), out[layer])
+        for k in range(K):  # brute force: one plain MLP per (layer, head)
+            xn = (x[layer, :, k] - sc.feature_mean[layer, k]) / sc.feature_std[layer, k]
+            h = torch.nn.functional.gelu(xn @ sc.w1[layer, k] + sc.b1[layer, k])
+            ref = h @ sc.w2[layer, k] + sc.b2[layer, k]
+            torch.testing.assert_close(out[layer, :, k], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_input_dim_matches_feature_groups():
+    model, _ = get_model("tiny-llama")
+    d, g = 16, 2  # tiny-llama: head_dim 16, 4 query heads over 2 KV heads
+    assert feature_dim(("key", "value", "attn"), d, g) == 2 * d + ATTN_STATS * g
+    assert _scorer(model).config.input_dim == 2 * d + ATTN_STATS * g + 1
+    with pytest.raises(ValueError):
+        ScorerConfig(foresight.model_fingerprint(model), B, W, feature_set=("key", "nope"))
+
+
+def test_save_load_round_trip_and_mismatch(tmp_path):
+    model, _ = get_model("tiny-llama")
+    sc = _scorer(model, seed=3)
+    with torch.no_grad():
+        sc.feature_mean.normal_()
+    sc.config.provenance = {"data": "unit-test", "steps": 0}
+    sc.save_pretrained(tmp_path / "s")
+    cfg = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert cfg["fingerprint"] == foresight.model_fingerprint(model)
+    assert (cfg["budget"], cfg["interval"], cfg["hidden"]) == (B, W, 8)
+    assert cfg["provenance"]["data"] == "unit-test"
+    loaded = Scorer.from_pretrained(tmp_path / "s", model=model)
+    x = torch.randn(sc.config.num_layers, 2, sc.config.num_kv_heads, 5, sc.config.input_dim)
+    torch.testing.assert_close(loaded(x), sc(x))
+
+    other, _ = get_model("tiny-qwen3")  # same shapes, other architecture
+    with pytest.raises(ScorerMismatchError, match="model_type"):
+        Scorer.from_pretrained(tmp_path / "s", model=other)
+    fp = dict(foresight.model_fingerprint(model), num_layers=5)
+    with pytest.raises(ForesightError, match="num_layers"):
+        sc.check_compatible(fp)
+    with pytest.raises(ForesightError, match="not a scorer directory"):
+        Scorer.from_pretrained(tmp_path / "missing")
+
+
+def test_learned_policy_refuses_a_scorer_for_another_layout(tmp_path):
+    model, tok = get_model("tiny-llama")
+    fp = dict(foresight.model_fingerprint(model), num_layers=3)
+    sc = Scorer(ScorerConfig(fp, B, W))
+    with pytest.raises(ForesightError, match="num_layers"):
+        foresight.generate(model, tok, ["hi"], policy=make_policy("learned", scorer=sc), budget=B, interval=W,
+                           max_new_tokens=30)
+    with pytest.raises(ForesightError, match="needs a scorer"):
+        make_policy("learned")
+    with pytest.raises(ValueError, match="selection"):
+        make_policy("learned", scorer=_scorer(model), selection="greedy")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# learned policy
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_learned_policy_from_directory_generates_within_budget(tmp_path):
+    model, tok = get_model("tiny-llama")
+    _scorer(model).save_pretrained(tmp_path / "s")
+    for selection in ("topk", "sample"):
+        pol = make_policy("learned", scorer=str(tmp_path / "s"), selection=selection, seed=1)
+        res = foresight.generate(model, tok, ["Hello there", "Hi"], policy=pol, budget=B, interval=W,
+                                 max_new_tokens=40, stop_on_eos=False)
+        assert res.stats["evictions"] > 0
+        assert max(res.stats["peak_entries"]) <= B + W
+    a = foresight.generate(model, tok, ["Hello"], policy=make_policy("learned", scorer=str(tmp_path / "s"),
+                           selection="sample", seed=5), budget=B, interval=W, max_new_tokens=40)
+    b = foresight.generate(model, tok, ["Hello"], policy=make_policy("learned", scorer=str(tmp_path / "s"),
+                           selection="sample", seed=5), budget=B, interval=W, max_new_tokens=40)
+    assert a.token_ids == b.token_ids
+
+
+def test_cli_generate_with_learned_policy(tmp_path, capsys):
+    from foresight.cli import main
+
+    model, _ = get_model("tiny-llama")
+    _scorer(model).save_pretrained(tmp_path / "s")
+    rc = main(["generate", "--model", "tiny-llama", "--prompt", "Hello", "--policy", "learned",
+               "--policy-arg", f"scorer={tmp_path / 's'}", "--budget", str(B), "--interval", str(W),
+               "--max-new-tokens", "30", "--json"])
+    assert rc == 0
+    stats = json.loads(capsys.readouterr().out)["stats"]
+    assert stats["policy"] == "learned" and stats["evictions"] > 0
+
+
+def test_sample_keep_draws_only_from_the_pool_and_respects_masks():
+    gen = torch.Generator().manual_seed(0)
+    c, keep = 12, 8  # evict 4, pool 8
+    scores = torch.arange(c, dtype=torch.float32).repeat(50, 1)
+    scores[:, 0] = float("inf")  # a protected sink scored +inf ...
+    scores[:, 11] = float("-inf")  # ... and padding scored -inf
+    kept = sample_keep(scores, keep, pool=8, generator=gen)
+    assert kept.shape == (50, keep)
+    evicted = torch.ones(50, c, dtype=torch.bool).scatter_(1, kept, False)
+    assert evicted.sum(1).eq(c - keep).all()
+    assert evicted[:, 11].all() and not evicted[:, 0].any()
+    pool = torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1], dtype=torch.bool)  # -inf and the 7 lowest
+    assert not evicted[:, ~pool].any()
+    assert len({tuple(r) for r in evicted.int().tolist()}) > 1  # actually stochastic
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The feature extractor: brute force, and generation == replay
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _AttentionLog(EvictionPolicy):
+    """Test observer: logs every attention row by logical position (an independent bookkeeping)."""
+
+    name = "attention_log"
+    observes = True
+    rows: list = field(default_factory=list)
+
+    def observe(self, view):
+        if view.layer_idx == 0:
+            p = view.probs[0]  # (h, g, q, n)
+            pos = view.positions[0]  # (h, n)
+            for qi in range(p.shape[2]):
+                self.rows.append({(h, int(pos[h, j])): p[h, :, qi, j].clone()
+                                  for h in range(p.shape[0]) for j in range(p.shape[-1])})
+
+
+def test_attention_features_match_brute_force(tiny):
+    model, _ = tiny
+    seq = torch.randint(3, 250, (1, 45), generator=torch.Generator().manual_seed(1))
+    ext = FeatureExtractor(window=W, feature_set=("attn",))
+    log = _AttentionLog()
+    got = []
+
+    class Driver(EvictionPolicy):
+        name = "driver"
+        observes = True
+
+        def reset(self, *a, **k):
+            log.rows.clear()
+
+        def observe(self, view):
+            log.observe(view)
+
+        def score(self, view):
+            return -view.candidate_positions.float() * (view.candidate_positions % 3 == 0)  # an odd trajectory
+
+    def on_event(view, feats):
+        if view.layer_idx == 0:
+            got.append((view.candidate_positions[0].clone(), feats[0].clone(), len(log.rows)))
+
+    foresight.replay(model, seq, FeatureRecorder(extractor=ext, driver=Driver(), on_event=on_event), B, W)
+    assert len(got) >= 5
+    event_rows = [nrows for _, _, nrows in got]
+    for k, (cand, feats, nrows) in enumerate(got):
+        rows = log.rows[:nrows]
+        hkv, c = cand.shape
+        g = feats.shape[-1] // ATTN_STATS
+        zero = torch.zeros(g)
+        for h in range(hkv):
+            for i in range(c):
+                p = int(cand[h, i])
+                hist = [r.get((h, p), zero) for r in rows]  # absent = not in the cache yet
+                last = torch.stack(hist[-W:])
+                # window sums at every event so far; the cumulative features add them up (decayed or not)
+                ws = [sum((r.get((h, p), zero) for r in log.rows[max(0, e - W) : e]), zero) for e in event_rows[: k + 1]]
+                cum = sum(ws, zero)
+                dec = sum((0.9 ** (k - e) * w for e, w in enumerate(ws)), zero)
+                ref = torch.stack([last.max(0).values, last.min(0).values, last.sum(0),
+                                   torch.stack(hist[-32:]).sum(0), torch.stack(hist[-16:]).sum(0),
+                                   torch.stack(hist[-8:]).sum(0), cum, dec], dim=1)  # (g, 8)
+                torch.testing.assert_close(feats[h, i].view(g, ATTN_STATS), torch.log(ref + 1e-6),
+                                           rtol=1e-4, atol=1e-4)
+
+
+@dataclass
+class _ForcedKeeps(EvictionPolicy):
+    """Replays recorded keep sets (candidate indices per event and layer)."""
+
+    name = "forced_keeps"
+    keeps: dict = field(default_factory=dict)
+
+    def score(self, view):
+        return torch.zeros(view.positions.shape[:2] + (view.num_candidates,))
+
+    def select(self, scores, num_keep, view):
+        return self.keeps[(view.event, view.layer_idx)]
+
+
+@pytest.mark.parametrize("selection", ["topk", "sample"])
+def test_generation_and_replay_features_are_identical(tiny, selection):
+    """Decode with `learned`, then replay the generated tokens teacher-forced along the same evictions with a
+    fresh extractor: the features at every event and layer agree."""
+    model, tok = tiny
+    sc = _scorer(model, seed=2)
+    gen_feats, keeps = {}, {}
+
+    pol = make_policy("learned", scorer=sc, selection=selection, seed=3,
+                      on_features=lambda v, f: gen_feats.__setitem__((v.event, v.layer_idx), f.clone()))
+    orig_on_evict = pol.on_evict
+
+    def record_keep(layer_idx, keep):
+        n_keep = B - W
+        keeps[(len(keeps) // model.config.num_hidden_layers, layer_idx)] = keep[..., :n_keep].clone()
+        orig_on_evict(layer_idx, keep)
+
+    pol.on_evict = record_keep
+    prompt = [5, 17, 99, 42, 7, 8]  # shorter than B: no prefill compression, events at B+W, then every W
+    res = foresight.generate(model, tok, [prompt], policy=pol, budget=B, interval=W, max_new_tokens=50,
+                             stop_on_eos=False, do_sample=True, seed=0)
+    seq = prompt + res.token_ids[0][:-1]  # the last sampled token was never fed to the cache
+    assert res.stats["evictions"] >= 5
+
+    rep_feats = {}
+    rec = FeatureRecorder(extractor=sc.config.extractor(), driver=_ForcedKeeps(keeps=keeps),
+                          on_event=lambda v, f: rep_feats.__setitem__((v.event, v.layer_idx), f.clone()))
+    foresight.replay(model, [seq], rec, B, W)
+    common = sorted(set(gen_feats) & set(rep_feats))
+    assert len(common) == len(gen_feats) >= 5 * model.config.num_hidden_layers
+    for key in common:
+        torch.testing.assert_close(rep_feats[key], gen_feats[key], rtol=1e-4, atol=1e-4, msg=str(key))

@@ -1,0 +1,278 @@
+"""Distillation (`foresight train sl`): loss, metrics, gradient isolation, the shared DeepSpeed loop, resume."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import foresight
+from training.loop import StepSampler, TrainerConfig, lr_lambda
+from training.sl import SLConfig, evict_overlap, pairwise_hinge_loss, ranking_metrics
+
+B, W = 16, 4
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loss and metrics against brute force
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _naive_hinge(scores, alpha, m):
+    L = scores.shape[0]
+    s, a = scores.reshape(L, -1, scores.shape[-1]), alpha.reshape(L, -1, alpha.shape[-1])
+    total = 0.0
+    for layer in range(L):
+        rows = []
+        for r in range(s.shape[1]):
+            vals = [max(0.0, m - (s[layer, r, j].item() - s[layer, r, i].item()))  # o_i > o_j <=> alpha_i < alpha_j
+                    for i, j in itertools.product(range(s.shape[2]), repeat=2) if a[layer, r, i] < a[layer, r, j]]
+            if vals:
+                rows.append(sum(vals) / len(vals))
+        total += sum(rows) / len(rows) if rows else 0.0
+    return total
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pairwise_hinge_matches_double_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, 2, 4, 7, generator=g) * 0.02
+    alpha = torch.randint(0, 4, (3, 2, 4, 7), generator=g).float()  # ties on purpose
+    alpha[1, 0, 0] = 1.0  # a row with no ordered pair is left out of the mean
+    total, per_layer = pairwise_hinge_loss(scores, alpha, margin=0.01)
+    assert total.item() == pytest.approx(_naive_hinge(scores, alpha, 0.01), rel=1e-5, abs=1e-7)
+    assert per_layer.shape == (3,)
+
+
+def test_sampled_pairs_estimate_the_full_loss():
+    g = torch.Generator().manual_seed(0)
+    scores, alpha = torch.randn(2, 6, 10, generator=g), torch.rand(2, 6, 10, generator=g)
+    full, _ = pairwise_hinge_loss(scores, alpha, margin=0.5)
+    est = torch.stack([pairwise_hinge_loss(scores, alpha, 0.5, max_pairs=40, generator=g)[0] for _ in range(300)])
+    assert est.mean().item() == pytest.approx(full.item(), rel=0.05)
+
+
+def test_evict_overlap_and_auc_brute_force():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(20, 12, generator=g)
+    evicted = torch.zeros(20, 12, dtype=torch.bool)
+    for r in range(20):
+        evicted[r, torch.randperm(12, generator=g)[:4]] = True
+    got = evict_overlap(scores, evicted)
+    for r in range(20):
+        pred = set(scores[r].argsort()[:4].tolist())
+        gold = set(evicted[r].nonzero().flatten().tolist())
+        assert got[r].item() == pytest.approx(len(pred & gold) / 4)
+    perfect = ranking_metrics(-evicted.float() + 0.01 * scores, evicted)  # evicted entries score lowest
+    assert perfect["overlap"] == 1.0 and perfect["auc"] == 1.0
+    inverted = ranking_metrics(evicted.float(), evicted)
+    assert inverted["overlap"] == 0.0 and inverted["auc"] == 0.0
+
+
+def test_sampler_is_a_function_of_step_and_shards_across_ranks():
+    s2 = StepSampler(num_items=23, per_rank=3, world_size=2, seed=5)
+    for step in range(12):
+        a, b = s2.batch(step, 0), s2.batch(step, 1)
+        assert len(a) == len(b) == 3 and not set(a) & set(b)
+        assert a == StepSampler(23, 3, 2, 5).batch(step, 0)  # no hidden state
+    epoch0 = [i for step in range(s2.steps_per_epoch) for r in (0, 1) for i in s2.batch(step, r)]
+    assert len(set(epoch0)) == len(epoch0)  # no repeats within an epoch
+    tiny = StepSampler(num_items=2, per_rank=3, world_size=1, seed=0)
+    assert len(tiny.batch(0, 0)) == 3
+
+
+def test_lr_schedule_warmup_then_cosine():
+    f = lr_lambda(warmup=4, total=14, min_ratio=0.1)
+    assert [f(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
+    assert f(9) == pytest.approx(0.1 + 0.9 * 0.5)
+    assert f(14) == pytest.approx(0.1)
+
+
+def test_config_validation(tmp_path):
+    with pytest.raises(ValueError, match="unknown config key"):
+        SLConfig.from_dict({"traces": "t", "labels": "l", "lrr": 1})
+    with pytest.raises(ValueError, match="traces"):
+        SLConfig.from_dict({})
+    with pytest.raises(ValueError, match="feature set"):
+        SLConfig.from_dict({"traces": "t", "labels": "l", "feature_set": ["key", "bogus"]})
+    with pytest.raises(ValueError, match="report_to"):
+        TrainerConfig(report_to="tensorboard")
+    import yaml
+
+    keys = set(yaml.safe_load((REPO / "configs" / "sl.yaml").read_text()))
+    assert keys == set(SLConfig.keys())  # configs/sl.yaml documents every key, and only real keys
+
+
+def test_cli_reports_config_errors(capsys):
+    from foresight.cli import main
+
+    assert main(["train", "sl", "--config", str(REPO / "configs" / "sl.yaml"), "bogus_key=1"]) == 2
+    assert "bogus_key" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tiny end-to-end data: traces + golden labels on tiny-llama
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _make_data(root: Path, n: int = 6) -> tuple[Path, Path]:
+    import datasets
+
+    from golden.labels import save_labels
+    from golden.oracle import label_trace
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    fp = json.dumps(foresight.model_fingerprint(model))
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for i in range(n):
+        ids = torch.randint(3, 250, (36 + 4 * i,), generator=g).tolist()
+        rows.append(dict(trace_id=f"p{i}#0", problem_id=f"p{i}", sample=0, input_ids=ids, prompt_len=4, answer="",
+                         settings="{}", fingerprint=fp))
+    datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
+    labels = [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in rows]
+    save_labels(root / "labels.safetensors", labels)
+    return root / "traces", root / "labels.safetensors"
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return _make_data(tmp_path_factory.mktemp("sl_data"))
+
+
+def _cfg(tiny_data, out, **kw) -> SLConfig:
+    traces, labels = tiny_data
+    base = dict(model="tiny-llama", traces=str(traces), labels=str(labels), budget=B, interval=W, heldout=2,
+                steps=8, micro_batch=2, warmup_steps=2, checkpoint_every=0, log_every=1, eval_every=0,
+                eval_fidelity=False, out_dir=str(out), feature_cache=str(out.parent / "features"), device="cpu",
+                deepspeed=str(REPO / "configs" / "deepspeed" / "zero0.json"))
+    base.update(kw)
+    return SLConfig.from_dict(base)
+
+
+def test_gradients_reach_only_the_scorer(tiny_data):
+    from foresight.models import build_tiny_model
+    from foresight.scorer import Scorer, ScorerConfig
+    from golden.labels import load_labels
+    from training.sl import collect_events
+
+    model, _ = build_tiny_model("tiny-llama")  # a private copy we may unfreeze
+    model.eval()
+    model.requires_grad_(True)  # even an unfrozen LLM must get no gradient from the distillation loss
+    import datasets
+
+    rows = list(datasets.load_from_disk(str(tiny_data[0])))[:2]
+    labels = load_labels(tiny_data[1])
+    cfg = ScorerConfig(foresight.model_fingerprint(model), B, W)
+    events = collect_events(model, [r["input_ids"] for r in rows], [r["trace_id"] for r in rows], labels,
+                            cfg.extractor, B, W, torch.float32, batch_size=2)
+    assert len(events) == 2 and events[0].features.shape[1:4] == (2, 2, B)
+    assert events[0].evicted.sum(-1).eq(W).all()  # golden evicts exactly W per (event, layer, head)
+    scorer = Scorer(cfg)
+    x, a = events[0].features.transpose(0, 1), events[0].alpha.transpose(0, 1)
+    assert not x.requires_grad
+    loss, _ = pairwise_hinge_loss(scorer(x), a)
+    loss.backward()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in scorer.parameters())
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def test_train_resume_equals_uninterrupted_and_nan_steps_are_skipped(tiny_data, tmp_path, monkeypatch):
+    from training import loop
+    from training.logging import read_metrics
+    from training.sl import SLTask, run_sl
+
+    # uninterrupted 8 steps
+    full = run_sl(_cfg(tiny_data, tmp_path / "full"))
+    assert full["finished"] and full["skipped"] == 0
+    # 4 steps, "killed" (the run ends after a checkpoint), then resumed to 8
+    part = run_sl(_cfg(tiny_data, tmp_path / "part", checkpoint_every=4, max_steps_per_run=4))
+    assert not part["finished"] and (tmp_path / "part" / "checkpoints" / "step_000004").is_dir()
+    assert not (tmp_path / "part" / "scorer").exists()
+    resumed = run_sl(_cfg(tiny_data, tmp_path / "part", checkpoint_every=4), resume=True)
+    assert resumed["start"] == 4 and resumed["finished"]
+    a, b = _weights(tmp_path / "full" / "scorer"), _weights(tmp_path / "part" / "scorer")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
+    ev = [r for r in read_metrics(tmp_path / "full" / "metrics.jsonl") if r["kind"] == "eval"][-1]
+    assert 0.0 <= ev["overlap"] <= 1.0 and "random_overlap" in ev
+
+    # NaN in a step's loss: the step is skipped and counted, weights stay finite
+    orig = SLTask.loss
+
+    def poisoned(self, model, items, step):
+        loss, m = orig(self, model, items, step)
+        return (loss * float("nan") if step == 2 else loss), m
+
+    monkeypatch.setattr(SLTask, "loss", poisoned)
+    nan_run = run_sl(_cfg(tiny_data, tmp_path / "nan", steps=4))
+    assert nan_run["skipped"] == 1
+    assert all(torch.isfinite(t).all() for t in _weights(tmp_path / "nan" / "scorer").values())
+    assert [r["skipped"] for r in read_metrics(tmp_path / "nan" / "metrics.jsonl") if r["kind"] == "train"] == [0, 0, 1, 1]
+
+    # non-finite gradients with a finite loss are skipped too (the check sees the 2nd step's grads as bad)
+    monkeypatch.setattr(SLTask, "loss", orig)
+    real_check, calls = loop._grads_finite, []
+
+    def flaky(module):
+        calls.append(1)
+        return len(calls) != 2 and real_check(module)
+
+    monkeypatch.setattr(loop, "_grads_finite", flaky)
+    gr = run_sl(_cfg(tiny_data, tmp_path / "grad", steps=3))
+    assert gr["skipped"] == 1 and len(calls) == 3
+
+
+def test_wandb_offline_and_local_jsonl(tiny_data, tmp_path, monkeypatch):
+    from training.logging import MetricsLogger, read_metrics
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    log = MetricsLogger(tmp_path, report_to="wandb", run_config={"a": 1})
+    log.log(1, {"loss": 0.5})
+    log.close()
+    assert read_metrics(tmp_path / "metrics.jsonl")[0]["loss"] == 0.5
+    assert (tmp_path / "wandb").is_dir()
+    # wandb missing entirely: a warning, not an error
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    log = MetricsLogger(tmp_path / "b", report_to="wandb")
+    log.log(1, {"loss": 1.0})
+    assert read_metrics(tmp_path / "b" / "metrics.jsonl")[0]["loss"] == 1.0
+
+
+@pytest.mark.slow
+def test_two_rank_cpu_deepspeed_run_writes_one_checkpoint(tiny_data, tmp_path):
+    """`torchrun --nproc_per_node 2 -m foresight train sl` on CPU (DS_ACCELERATOR=cpu, gloo)."""
+    traces, labels = tiny_data
+    out = tmp_path / "ddp"
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29733",
+           "-m", "foresight", "train", "sl", "--config", str(REPO / "configs" / "sl.yaml"),
+           "model=tiny-llama", f"traces={traces}", f"labels={labels}", f"budget={B}", f"interval={W}", "heldout=2",
+           "steps=4", "micro_batch=2", "warmup_steps=1", "checkpoint_every=4", "log_every=2", "eval_every=0",
+           "eval_fidelity=false", f"out_dir={out}", "device=cpu",
+           f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero0.json'}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ck = out / "checkpoints"
+    assert (ck / "latest").read_text().strip() == "step_000004"
+    assert sorted(p.name for p in (ck / "step_000004").iterdir()) == ["mp_rank_00_model_states.pt", "scorer"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["skipped"] == 0
+    from foresight.scorer import Scorer
+
+    Scorer.from_pretrained(out / "scorer")

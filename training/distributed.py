@@ -1,0 +1,136 @@
+"""DeepSpeed set-up shared by every trainer (SL distillation, GRPO).
+
+Works the same under the standard launchers and without one:
+
+* ``deepspeed --num_gpus N -m foresight train ...`` / ``deepspeed --hostfile H ...`` (multi-node),
+* ``torchrun --nproc_per_node N -m foresight train ...``,
+* plain ``python -m foresight train ...`` (a single process: we fill in ``RANK=0``/``WORLD_SIZE=1`` and a free
+  local port so DeepSpeed needs no MPI discovery).
+
+On machines without CUDA (or with ``DS_ACCELERATOR=cpu``) DeepSpeed uses its CPU accelerator and we use the
+``gloo`` process-group backend. DeepSpeed JIT-builds a small shared-memory communication op on first use (a
+few minutes on CPU); ``TORCH_EXTENSIONS_DIR`` defaults to ``<foresight cache>/torch_extensions`` so that
+happens once per machine. We hand DeepSpeed a plain ``torch.optim.Adam`` (``zero_allow_untested_optimizer``),
+so no fused-Adam extension is compiled.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from foresight.errors import ForesightError
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _prepare_env(device: str | None) -> str:
+    """Set the environment DeepSpeed reads; return the process-group backend to use."""
+    from foresight.models import cache_dir
+
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
+    want_cpu = (device or "").startswith("cpu") or not torch.cuda.is_available()
+    if want_cpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:  # no launcher: a single process
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    os.environ.setdefault("LOCAL_RANK", "0")
+    return "gloo" if os.environ.get("DS_ACCELERATOR") == "cpu" else "nccl"
+
+
+def init_distributed(device: str | None = None) -> DistInfo:
+    """Initialise the process group through DeepSpeed (idempotent) and pick this rank's device."""
+    backend = _prepare_env(device)
+    import deepspeed
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if backend == "nccl":
+        dev = torch.device("cuda", local_rank)
+        torch.cuda.set_device(dev)
+    else:
+        dev = torch.device("cpu")
+    return DistInfo(rank, world, local_rank, dev)
+
+
+def load_ds_config(path: str | Path, *, micro_batch: int, grad_clip: float, world_size: int) -> dict:
+    """Read a DeepSpeed JSON config and fill in the values our trainer config owns.
+
+    ``train_micro_batch_size_per_gpu`` (items per rank per step), ``gradient_accumulation_steps`` (1),
+    ``train_batch_size`` and ``gradient_clipping`` are set from the trainer config; everything else (ZeRO
+    stage, communication settings) comes from the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ForesightError(f"DeepSpeed config not found: {path}")
+    cfg = json.loads(path.read_text())
+    cfg = copy.deepcopy(cfg)
+    cfg["train_micro_batch_size_per_gpu"] = int(micro_batch)
+    cfg["gradient_accumulation_steps"] = 1
+    cfg["train_batch_size"] = int(micro_batch) * int(world_size)
+    cfg["gradient_clipping"] = float(grad_clip)
+    cfg.setdefault("zero_allow_untested_optimizer", True)
+    cfg.setdefault("steps_per_print", 10**9)
+    cfg.setdefault("wall_clock_breakdown", False)
+    return cfg
+
+
+def build_engine(module: torch.nn.Module, optimizer, scheduler, ds_config: dict):
+    """``deepspeed.initialize`` with our optimizer and LR scheduler; returns the engine."""
+    import deepspeed
+
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
+    )
+    return engine
+
+
+def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """All-reduce a tensor across ranks (no-op without a process group)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+        dist.all_reduce(value, op=ops[op])
+    return value
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
+def shard(items: list, rank: int, world_size: int) -> list:
+    """This rank's share of ``items`` (strided, so shares differ in size by at most one)."""
+    return items[rank::world_size]

@@ -1,0 +1,225 @@
+"""The training loop shared by every trainer (SL distillation now, GRPO next).
+
+A trainer supplies a :class:`Task` (how to compute this rank's loss for a step, and how to evaluate); the loop
+owns everything else, once:
+
+* the DeepSpeed engine (:mod:`training.distributed`) around a ``torch.optim.Adam`` with a linear-warmup +
+  cosine LR schedule, gradient clipping by DeepSpeed;
+* non-finite losses or gradients: the step is skipped on every rank (no backward / no optimizer step, the LR
+  schedule does not advance) and counted in ``skipped``; weights never become NaN;
+* deterministic data order: :class:`StepSampler` derives each step's batch from (seed, step) alone, so a resumed
+  run sees exactly the batches of an uninterrupted one;
+* checkpoints every ``checkpoint_every`` steps and ``resume`` (:mod:`training.checkpoint`);
+* metrics to a local JSONL and optionally wandb (:mod:`training.logging`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from training import checkpoint as ckpt
+from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
+from training.logging import REPORTERS, MetricsLogger
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation, checkpointing and logging keys common to every trainer (see ``configs/sl.yaml``)."""
+
+    out_dir: str = "runs/train"
+    steps: int = 200
+    lr: float = 1e-2
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch: int = 4
+    seed: int = 0
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    eval_every: int = 0
+    deepspeed: str = "configs/deepspeed/zero0.json"
+    report_to: str = "none"
+    wandb_project: str = "foresightkv"
+    run_name: str | None = None
+    device: str | None = None
+    max_steps_per_run: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "micro_batch"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every",
+                     "max_steps_per_run"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.grad_clip < 0 or self.weight_decay < 0:
+            raise ValueError("grad_clip and weight_decay must be >= 0")
+        if self.report_to not in REPORTERS:
+            raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainerConfig":
+        known = {f.name for f in fields(cls) if f.init}
+        bad = sorted(set(d) - known)
+        if bad:
+            raise ValueError(f"unknown config key(s) {', '.join(bad)}; valid keys: {', '.join(sorted(known))}")
+        return cls(**d)
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):
+    """Linear warmup over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``."""
+
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        span = max(1, total - warmup)
+        progress = min(1.0, (step - warmup) / span)
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+class StepSampler:
+    """Batches of item indices as a pure function of (seed, step): a seeded permutation per epoch.
+
+    A step consumes ``per_rank * world_size`` consecutive items of the epoch's permutation (the last partial
+    batch of an epoch is dropped); rank ``r`` takes the strided share ``[r::world_size]``. With fewer items than
+    a global batch, items repeat within the batch so every rank gets ``per_rank`` items.
+    """
+
+    def __init__(self, num_items: int, per_rank: int, world_size: int, seed: int):
+        if num_items < 1:
+            raise ValueError("no training items")
+        self.n, self.per_rank, self.world, self.seed = num_items, per_rank, world_size, seed
+        self.global_batch = per_rank * world_size
+        self.steps_per_epoch = max(1, num_items // self.global_batch)
+
+    def permutation(self, epoch: int) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        perm = torch.randperm(self.n, generator=gen)
+        if self.n < self.global_batch:
+            perm = perm.repeat(math.ceil(self.global_batch / self.n))
+        return perm
+
+    def batch(self, step: int, rank: int) -> list[int]:
+        epoch, k = divmod(step, self.steps_per_epoch)
+        perm = self.permutation(epoch)
+        glob = perm[k * self.global_batch : (k + 1) * self.global_batch]
+        return glob[rank :: self.world].tolist()
+
+
+class Task(Protocol):
+    """What a trainer plugs into :func:`train`."""
+
+    module: torch.nn.Module
+
+    def num_items(self) -> int:
+        """Training items the sampler draws from."""
+
+    def loss(self, model, items: list[int], step: int) -> tuple[torch.Tensor, dict]:
+        """This rank's loss on ``items`` (call ``model`` = the engine for the forward) plus metrics."""
+
+    def evaluate(self, step: int, final: bool) -> dict:
+        """Validation metrics (called on every rank; return {} where a rank has nothing to report)."""
+
+
+def _grads_finite(module: torch.nn.Module) -> bool:
+    for p in module.parameters():
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            return False
+    return True
+
+
+def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
+          logger: MetricsLogger | None = None) -> dict[str, Any]:
+    """Run ``cfg.steps`` optimisation steps of ``task`` through DeepSpeed; returns a summary dict."""
+    out_dir = Path(cfg.out_dir)
+    module = task.module
+    optimizer = torch.optim.Adam(module.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(cfg.warmup_steps, cfg.steps, cfg.min_lr_ratio))
+    ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
+                               world_size=dist.world_size)
+    engine = build_engine(module, optimizer, scheduler, ds_config)
+    logger = logger or MetricsLogger(out_dir, enabled=dist.is_main)
+    sampler = StepSampler(task.num_items(), cfg.micro_batch, dist.world_size, cfg.seed)
+
+    start, skipped = 0, 0
+    if resume:
+        client = ckpt.load(engine, out_dir)
+        if client is not None:
+            start, skipped = int(client["step"]), int(client.get("skipped", 0))
+            if dist.is_main:
+                print(f"[foresight] resumed from step {start} ({out_dir / ckpt.CHECKPOINTS})")
+    last_metrics: dict = {}
+    window: list[float] = []
+    t0 = time.time()
+    stop = cfg.steps if not cfg.max_steps_per_run else min(cfg.steps, start + cfg.max_steps_per_run)
+    for step in range(start, stop):
+        engine.train()
+        loss, metrics = task.loss(engine, sampler.batch(step, dist.rank), step)
+        ok = torch.tensor([1.0 if bool(torch.isfinite(loss.detach()).all()) else 0.0])
+        all_reduce(ok, "min")
+        if ok.item() > 0:
+            engine.backward(loss)
+            gok = torch.tensor([1.0 if _grads_finite(module) else 0.0])
+            all_reduce(gok, "min")
+            if gok.item() > 0:
+                engine.step()
+            else:
+                ok.zero_()
+                engine.zero_grad()
+        if ok.item() == 0:
+            skipped += 1
+        loss_val = torch.tensor([loss.detach().float().item() if ok.item() > 0 else 0.0])
+        all_reduce(loss_val, "sum")
+        if ok.item() > 0:
+            window.append(loss_val.item() / dist.world_size)
+        done = step + 1
+        if cfg.log_every and (done % cfg.log_every == 0 or done == cfg.steps):
+            last_metrics = {
+                "loss": sum(window) / len(window) if window else float("nan"),
+                "lr": scheduler.get_last_lr()[0],
+                "skipped": skipped,
+                "seconds": round(time.time() - t0, 2),
+                **{k: v for k, v in metrics.items()},
+            }
+            window = []
+            logger.log(done, last_metrics, "train")
+            if dist.is_main:
+                print(f"[foresight] step {done}/{cfg.steps} loss {last_metrics['loss']:.4f} "
+                      f"lr {last_metrics['lr']:.2e} skipped {skipped}", flush=True)
+        if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
+            ckpt.save(engine, out_dir, done, {"step": done, "skipped": skipped}, dist.is_main, cfg.keep_checkpoints)
+        if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
+            engine.eval()
+            ev = task.evaluate(done, final=False)
+            if ev:
+                logger.log(done, ev, "eval")
+            barrier()
+    if stop < cfg.steps:  # time-sliced run: the next `--resume` continues from the last checkpoint
+        logger.close()
+        return {"steps": stop, "skipped": skipped, "start": start, "train": last_metrics, "eval": {},
+                "finished": False}
+    engine.eval()
+    final = task.evaluate(cfg.steps, final=True)
+    if final:
+        logger.log(cfg.steps, final, "eval")
+    barrier()
+    logger.close()
+    return {"steps": cfg.steps, "skipped": skipped, "start": start, "train": last_metrics, "eval": final,
+            "finished": True}
