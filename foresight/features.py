@@ -112,6 +112,24 @@ def feature_dim(feature_set, head_dim: int, num_groups: int) -> int:
     return sum(FEATURE_GROUPS[f][0](head_dim, num_groups) for f in check_feature_set(feature_set))
 
 
+def feature_columns(feature_set, source_set, head_dim: int, num_groups: int) -> list[int]:
+    """Column indices that pick ``feature_set`` (in its order) out of features built with ``source_set``.
+
+    Groups are computed independently of each other, so features of a subset equal the matching columns of
+    the superset's features (training caches the full set once and selects columns per experiment).
+    """
+    feature_set, source_set = check_feature_set(feature_set), check_feature_set(source_set)
+    offsets, start = {}, 0
+    for name in source_set:
+        width = FEATURE_GROUPS[name][0](head_dim, num_groups)
+        offsets[name] = (start, start + width)
+        start += width
+    missing = [f for f in feature_set if f not in offsets]
+    if missing:
+        raise ValueError(f"feature groups {missing} are not in the source features {list(source_set)}")
+    return [i for name in feature_set for i in range(*offsets[name])]
+
+
 @dataclass
 class FeatureExtractor:
     """Accumulates attention statistics while observing and builds per-candidate features at events.
@@ -211,5 +229,6 @@ __all__ = [
     "FEATURE_GROUPS",
     "FeatureExtractor",
     "check_feature_set",
+    "feature_columns",
     "feature_dim",
 ]

@@ -268,3 +268,23 @@ def test_generation_and_replay_features_are_identical(tiny, selection):
     assert len(common) == len(gen_feats) >= 5 * model.config.num_hidden_layers
     for key in common:
         torch.testing.assert_close(rep_feats[key], gen_feats[key], rtol=1e-4, atol=1e-4, msg=str(key))
+
+
+def test_feature_subsets_are_columns_of_the_full_set():
+    """Training caches every feature group once and selects columns; that equals extracting the subset."""
+    from foresight.features import FEATURE_GROUPS, feature_columns
+
+    model, _ = get_model("tiny-qwen3")
+    seq = torch.randint(3, 250, (1, 40), generator=torch.Generator().manual_seed(4))
+    full_set, subset = tuple(FEATURE_GROUPS), ("attn", "key")
+    got = {}
+    for fs in (full_set, subset):
+        rec = FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=fs), driver=make_policy("streaming_llm"),
+                              on_event=lambda v, f, fs=fs: got.setdefault(fs, []).append(f.clone()))
+        foresight.replay(model, seq, rec, B, W)
+    cols = torch.tensor(feature_columns(subset, full_set, 16, 2))
+    assert len(got[subset]) == len(got[full_set]) > 0
+    for a, b in zip(got[full_set], got[subset]):
+        torch.testing.assert_close(a.index_select(-1, cols), b)
+    with pytest.raises(ValueError):
+        feature_columns(("age",), ("key", "attn"), 16, 2)

@@ -333,16 +333,27 @@ class SLTask:
             },
         )
         # -- features (each rank extracts its share into the on-disk cache, then everyone loads everything)
+        # The cache always holds every feature group (FEATURE_GROUPS order); the configured set is a column
+        # selection of it (groups are computed independently), so feature-set sweeps reuse one extraction.
+        from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns
+
         dtype = getattr(torch, cfg.feature_dtype)
         cache_root = Path(cfg.feature_cache or Path(cfg.out_dir) / "features")
-        key = _cache_key(fp, cfg.budget, cfg.interval, cfg.feature_set, cfg.decay, cfg.feature_dtype)
+        full_set = tuple(FEATURE_GROUPS)
+        key = _cache_key(fp, cfg.budget, cfg.interval, full_set, cfg.decay, cfg.feature_dtype)
+        columns = torch.tensor(feature_columns(cfg.feature_set, full_set, fp["head_dim"],
+                                               fp["num_heads"] // fp["num_kv_heads"]))
+
+        def full_extractor():
+            return FeatureExtractor(window=cfg.interval, feature_set=full_set, decay=cfg.decay)
+
         all_rows = self.train_rows + self.val_rows
         todo = [r for r in all_rows[dist.rank :: dist.world_size]
                 if not _cache_file(cache_root, key, r["trace_id"]).exists()]
         for s0 in range(0, len(todo), cfg.replay_batch_size):
             part = todo[s0 : s0 + cfg.replay_batch_size]
             events = collect_events(model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
-                                    self.scorer_config.extractor, cfg.budget, cfg.interval, dtype, len(part))
+                                    full_extractor, cfg.budget, cfg.interval, dtype, len(part))
             for ev in events:
                 save_events(_cache_file(cache_root, key, ev.trace_id), ev)
             if dist.is_main:
@@ -354,8 +365,9 @@ class SLTask:
                    if _cache_file(cache_root, key, r["trace_id"]).exists()]
             if not evs:
                 return None
-            return {name: torch.cat([getattr(e, name) for e in evs]) for name in
-                    ("features", "alpha", "evicted", "positions")}
+            out = {name: torch.cat([getattr(e, name) for e in evs]) for name in ("alpha", "evicted", "positions")}
+            out["features"] = torch.cat([e.features.index_select(-1, columns) for e in evs])
+            return out
 
         self.train = load(self.train_rows)
         self.val = load(self.val_rows)
