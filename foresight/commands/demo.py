@@ -1,39 +1,29 @@
-"""``foresight demo``: the end-to-end demo that ``make demo`` runs.
-
-Until the full pipeline demo lands (issue "demo"), it generates a short answer with the default model under a
-KV budget and prints the cache statistics.
-"""
+"""``foresight demo``: the end-to-end pipeline that ``make demo`` runs (see :mod:`foresight.demo`)."""
 
 from __future__ import annotations
 
 
 def register(sub) -> None:
-    p = sub.add_parser("demo", help="end-to-end demo on the default model (what `make demo` runs)")
+    p = sub.add_parser("demo", help="end-to-end demo: traces, golden labels, SL + GRPO, fidelity, report, export")
     p.add_argument("--model", default="smollm2-135m")
-    p.add_argument("--budget", type=int, default=64)
-    p.add_argument("--interval", type=int, default=16)
-    p.add_argument("--policy", default="streaming_llm")
-    p.add_argument("--max-new-tokens", type=int, default=160)
+    p.add_argument("--out", default="runs/demo", help="output directory for every artifact")
+    p.add_argument("--fast", action="store_true", help="a much smaller run (used by the test suite)")
+    p.add_argument("--problems", type=int, default=None, help="number of synthetic problems")
+    p.add_argument("--sl-steps", type=int, default=None)
+    p.add_argument("--grpo-steps", type=int, default=None)
+    p.add_argument("--no-onnx", action="store_true", help="skip the ONNX export")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    import time
+    from foresight.demo import DemoConfig, run_demo
 
-    import foresight
-
-    model, tok = foresight.load_model(args.model)
-    question = "A farmer has 17 sheep and buys 25 more, then sells 9. How many sheep does he have? Answer in \\boxed{}."
-    prompt = tok.apply_chat_template([{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
-    for policy, budget in (("full", None), (args.policy, args.budget)):
-        t0 = time.perf_counter()
-        res = foresight.generate(model, tok, [prompt], policy=policy, budget=budget, interval=args.interval,
-                                 max_new_tokens=args.max_new_tokens)
-        dt = time.perf_counter() - t0
-        s = res.stats
-        print(f"=== policy={policy} budget={budget} interval={args.interval if budget else None}")
-        print(res.texts[0].strip())
-        print(f"--- prompt={res.prompt_lengths[0]} new={len(res.token_ids[0])} tokens, "
-              f"peak KV entries/layer={max(s['peak_entries'])}, evictions={s['evictions']}, "
-              f"{len(res.token_ids[0]) / dt:.1f} tok/s\n")
+    overrides = {"model": args.model, "out_dir": args.out}
+    for key in ("problems", "sl_steps", "grpo_steps"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    if args.no_onnx:
+        overrides["export_onnx"] = False
+    cfg = DemoConfig.fast(**overrides) if args.fast else DemoConfig(**overrides)
+    run_demo(cfg)
     return 0

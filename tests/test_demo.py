@@ -1,0 +1,51 @@
+"""The end-to-end demo (`foresight demo --fast`) produces every artifact, through the real pipeline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from foresight.cli import main
+from foresight.demo import DEMO_POLICIES, DemoConfig
+
+
+def _check_outputs(out):
+    records = json.loads((out / "fidelity" / "fidelity.json").read_text())
+    got = {(r["policy"], r["budget"]) for r in records}
+    cfg = json.loads((out / "demo_config.json").read_text())
+    for b in cfg["budgets"]:
+        for p in DEMO_POLICIES:
+            assert (p, b) in got, (p, b)
+    full = [r for r in records if r["policy"] == "full"]
+    assert all(abs(r["loss_ratio"] - 1.0) < 1e-4 and r["kl"] < 1e-5 for r in full)
+    assert (out / "fidelity" / "fidelity.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()
+    assert "## Verdict" in report and "learned loss ratio" in report
+    assert (out / "scorer_export" / "model.safetensors").exists()
+    assert (out / "scorer_export" / "README.md").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["heldout_traces"] >= 1 and summary["export"]["onnx_max_abs_diff"] <= 1e-5
+    from foresight.scorer import Scorer
+
+    Scorer.from_pretrained(out / "scorer_export")
+
+
+def test_demo_fast_on_tiny_model(tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--fast", "--model", "tiny-llama", "--out", str(out)]) == 0
+    _check_outputs(out)
+
+
+@pytest.mark.slow
+def test_demo_fast_on_default_model(tmp_path):
+    out = tmp_path / "demo"
+    assert main(["demo", "--fast", "--out", str(out)]) == 0
+    _check_outputs(out)
+
+
+def test_demo_config_validation():
+    with pytest.raises(ValueError, match="must be one of"):
+        DemoConfig(budget=96)
+    with pytest.raises(ValueError, match="exceed the interval"):
+        DemoConfig(budgets=[16, 128], interval=32)
