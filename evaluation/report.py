@@ -88,3 +88,22 @@ def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Los
 
 
 __all__ = ["fidelity_markdown", "fidelity_table", "plot_loss_ratio"]
+
+
+def write_fidelity_outputs(records: Sequence[dict], out_dir: str | Path, notes: Sequence[str] = (),
+                           title: str = "Fidelity of evicted caches", settings: dict | None = None) -> str:
+    """Write ``fidelity.json``, ``fidelity.md``, ``fidelity.png`` (and ``settings.json``) into ``out_dir``.
+
+    Returns the markdown page. Shared by ``foresight eval fidelity`` and the demo.
+    """
+    import json
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "fidelity.json").write_text(json.dumps(list(records), indent=2) + "\n")
+    if settings is not None:
+        (out / "settings.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
+    md = fidelity_markdown(records, title=title, notes=notes)
+    (out / "fidelity.md").write_text(md)
+    plot_loss_ratio(records, out / "fidelity.png", title=title)
+    return md
