@@ -53,7 +53,7 @@ class SLConfig(TrainerConfig):
     model: str = "smollm2-135m"
     dtype: str | None = None
     traces: str = ""
-    labels: str = ""
+    labels: Any = ""
     budget: int = 128
     interval: int = 32
     max_traces: int = 0
@@ -308,7 +308,9 @@ class SLTask:
         self.model = model
         fp = model_fingerprint(model)
         ds = load_traces(cfg.traces)
-        labels = load_labels(cfg.labels)
+        labels = {}
+        for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
+            labels.update(load_labels(path))
         check_labels_match(labels, model, cfg.budget, cfg.interval)
         rows = [r for r in ds if r["trace_id"] in labels]
         if not rows:
@@ -325,7 +327,7 @@ class SLTask:
             fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
             hidden=cfg.hidden, decay=cfg.decay,
             provenance={
-                "trainer": "sl", "traces": str(cfg.traces), "labels": str(cfg.labels),
+                "trainer": "sl", "traces": str(cfg.traces), "labels": cfg.labels,
                 "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows],
                 "steps": cfg.steps, "git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
