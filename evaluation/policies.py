@@ -3,6 +3,7 @@ for each budget) and ``learned`` (needs a scorer checkpoint)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -43,15 +44,25 @@ def parse_budgets(spec: str | int | list, interval: int | None = None) -> list[i
     return sorted(set(out))
 
 
+def _is_golden_dir(path: Path) -> bool:
+    plan = path / "plan.json"
+    if not plan.is_file():
+        return False
+    try:
+        return json.loads(plan.read_text()).get("kind") == "foresight-golden"
+    except (OSError, ValueError):
+        return False
+
+
 def golden_label_sets(root: str | Path) -> list[Path]:
     """Label locations under ``root``: ``root`` itself when it is a label file or golden output directory,
     otherwise its immediate subdirectories / ``*.safetensors`` files."""
     root = Path(root)
     if not root.exists():
         raise ForesightError(f"golden label path not found: {root}")
-    if root.is_file() or (root / "plan.json").is_file():
+    if root.is_file() or _is_golden_dir(root):
         return [root]
-    found = sorted(p for p in root.iterdir() if (p.is_dir() and (p / "plan.json").is_file()) or p.suffix == ".safetensors")
+    found = sorted(p for p in root.iterdir() if _is_golden_dir(p) or (p.is_file() and p.suffix == ".safetensors"))
     if not found:
         raise ForesightError(f"{root} holds no golden labels (no `foresight golden` output inside)")
     return found
