@@ -46,9 +46,12 @@ class H2OPolicy(EvictionPolicy):
         self.state.reset(num_layers)
 
     def observe(self, view):
-        a = reduce_group(view.probs, self.group_reduce).sum(dim=2)  # (b, Hkv, n)
-        acc = self.state.extend(view.layer_idx, "acc", a.shape[-1], 0.0, like=a)
-        acc += a
+        p = view.probs  # (b, Hkv, G, q, n)
+        a = p.sum(dim=(2, 3)) if self.group_reduce == "sum" else reduce_group(p, self.group_reduce).sum(dim=2)
+        acc = self.state.get(view.layer_idx, "acc")
+        if acc is not None and acc.shape[-1] < a.shape[-1]:
+            a[..., : acc.shape[-1]] += acc
+        self.state.set(view.layer_idx, "acc", a)
 
     def score(self, view):
         return self.state.get(view.layer_idx, "acc")[..., : view.num_candidates]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from foresight.policies._common import GROUP_REDUCTIONS, as_float, check_choice, reduce_group
 from foresight.policies.base import EntryState, EvictionPolicy, check_range
@@ -70,42 +71,42 @@ class LazyEvictionPolicy(EvictionPolicy):
     def observe(self, view):
         layer = view.layer_idx
         a = reduce_group(view.probs, self.group_reduce)  # (b, Hkv, q, n)
-        n = a.shape[-1]
-        last = self._extend(layer, view.positions, n)
-        mri = self.state.extend(layer, "mri", n, 0.0, like=last)
+        # integer steps (logical positions): exact, and no casts on the per-step path
+        last, mri = self._grow(layer, view.positions, a.shape[-1])
         act = a >= self.alpha
-        t = view.query_positions.to(last.dtype)  # (b, q)
+        t = view.query_positions  # (b, q)
         if a.shape[2] == 1:
-            tt = t[:, None, :]  # (b, 1, 1) broadcast over (b, Hkv, n)
             act = act[:, :, 0]
-            mri = torch.where(act, torch.maximum(mri, tt - last), mri)
-            last = torch.where(act, tt.expand_as(last), last)
+            tt = t.view(-1, 1, 1)
+            mri = torch.maximum(mri, (tt - last) * act)  # t >= last, so inactive entries keep their mri
+            last = torch.where(act, tt, last)
         else:
             # Rows in order: the previous activation of row i is the latest activation among rows < i, or `last`.
             tq = t[:, None, :, None]  # (b, 1, q, 1)
-            hit = torch.where(act, tq, torch.tensor(float("-inf"), dtype=last.dtype, device=last.device))
-            upto = hit.cummax(dim=2).values  # latest activation among rows <= i
+            upto = torch.where(act, tq, -1).cummax(dim=2).values  # latest activation among rows <= i (-1: none)
             prev = torch.cat([last[:, :, None], torch.maximum(upto[:, :, :-1], last[:, :, None])], dim=2)
-            gap = torch.where(act, tq - prev, torch.zeros((), dtype=last.dtype, device=last.device))
-            mri = torch.maximum(mri, gap.amax(dim=2))
+            mri = torch.maximum(mri, ((tq - prev) * act).amax(dim=2))
             last = torch.maximum(last, upto[:, :, -1])
         self.state.set(layer, "last", last)
         self.state.set(layer, "mri", mri)
         self._t[layer] = t[:, -1]
 
-    def _extend(self, layer: int, positions: torch.Tensor, n: int) -> torch.Tensor:
-        cur = self.state.get(layer, "last")
-        have = 0 if cur is None else cur.shape[-1]
-        new = positions[..., have:n].float()
-        cur = new.clone() if cur is None else torch.cat([cur, new], dim=-1)
-        self.state.set(layer, "last", cur)
-        return cur
+    def _grow(self, layer: int, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``last``/``mri`` extended to the cache's ``n`` entries (new entries: last = own position, mri = 0)."""
+        last, mri = self.state.get(layer, "last"), self.state.get(layer, "mri")
+        if last is None:
+            return positions[..., :n].clone(), torch.zeros_like(positions[..., :n])
+        have = last.shape[-1]
+        if have < n:
+            last = torch.cat([last, positions[..., have:n]], dim=-1)
+            mri = F.pad(mri, (0, n - have))
+        return last, mri
 
     def score(self, view):
         layer, nc = view.layer_idx, view.num_candidates
-        last = self.state.get(layer, "last")[..., :nc]
-        mri = self.state.get(layer, "mri")[..., :nc]
-        t = self._t[layer][:, None, None]
+        last = self.state.get(layer, "last")[..., :nc].float()
+        mri = self.state.get(layer, "mri")[..., :nc].float()
+        t = self._t[layer][:, None, None].float()
         s1 = 2 * torch.sigmoid(-(1 + (t - last) / (mri + self.eps)))
         s2 = torch.where(mri > 0, 2 * torch.sigmoid(1 - mri), torch.zeros_like(mri))
         return s1 + s2
@@ -115,6 +116,6 @@ class LazyEvictionPolicy(EvictionPolicy):
 
     def mri_quantile(self, q: float = 0.8) -> float:
         """The ``q``-quantile of the MRI over all cached tokens that recurred (the paper sizes ``W`` by it)."""
-        vals = [d["mri"][d["mri"] > 0].flatten() for d in self.state.tensors if "mri" in d]
+        vals = [d["mri"][d["mri"] > 0].flatten().float() for d in self.state.tensors if "mri" in d]
         vals = torch.cat(vals) if vals else torch.zeros(0)
         return float(vals.quantile(q)) if vals.numel() else 0.0

@@ -1,0 +1,120 @@
+"""Decode throughput of every eviction policy relative to ``streaming_llm`` (the cheapest), in one run.
+
+Each policy generates ``--new-tokens`` tokens (no early stop) from the same prompt at budget B / interval W.
+Repetitions are interleaved (every repetition runs every policy, in a rotated order) so that background load
+hits all policies alike; the ratio of each policy is taken against ``streaming_llm`` within the same
+repetition, and the median over repetitions is reported.
+
+    python benchmarks/bench_policies.py                      # smollm2-135m, B=256, W=64, 1024 new tokens
+    python benchmarks/bench_policies.py --new-tokens 512 --policies streaming_llm,h2o,lazy --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import foresight
+from foresight.policies import POLICIES, make_policy, policy_names
+
+REFERENCE = "streaming_llm"
+PROMPT = (
+    "Solve step by step and put the final answer in \\boxed{}: a train travels 120 km in 1.5 hours, then 200 km "
+    "in 2.5 hours. What is its average speed over the whole trip?"
+)
+
+
+def default_policies() -> list[str]:
+    names = []
+    for name in policy_names():
+        if POLICIES[name].replay_only:
+            continue
+        try:
+            make_policy(name)
+        except Exception:  # needs arguments (e.g. learned needs a scorer)
+            continue
+        names.append(name)
+    return names
+
+
+def run_once(model, tok, prompt_ids, name, args) -> float:
+    policy = make_policy(name)
+    t0 = time.perf_counter()
+    res = foresight.generate(
+        model, tok, [prompt_ids] * args.batch, policy=policy, budget=args.budget, interval=args.interval,
+        max_new_tokens=args.new_tokens, stop_on_eos=False,
+    )
+    dt = time.perf_counter() - t0
+    assert all(len(t) == args.new_tokens for t in res.token_ids)
+    return args.batch * args.new_tokens / dt
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--policies", default=None, help="comma-separated names (default: every runnable policy)")
+    p.add_argument("--new-tokens", type=int, default=1024)
+    p.add_argument("--budget", type=int, default=256)
+    p.add_argument("--interval", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default="benchmarks/results/bench_policies.json")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    names = args.policies.split(",") if args.policies else default_policies()
+    if REFERENCE not in names:
+        names.insert(0, REFERENCE)
+    model, tok = foresight.load_model(args.model, device=args.device)
+    prompt_ids = tok(PROMPT)["input_ids"]
+    run_once(model, tok, prompt_ids, REFERENCE, argparse.Namespace(**{**vars(args), "new_tokens": 8}))  # warm-up
+
+    tps: dict[str, list[float]] = {n: [] for n in names}
+    ratios: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(args.reps):
+        order = names[rep % len(names) :] + names[: rep % len(names)]
+        this = {}
+        for name in order:
+            this[name] = run_once(model, tok, prompt_ids, name, args)
+            print(f"rep {rep} {name:14s} {this[name]:8.2f} tok/s", flush=True)
+        for name in names:
+            tps[name].append(this[name])
+            ratios[name].append(this[name] / this[REFERENCE])
+
+    rows = [
+        {
+            "policy": n,
+            "tokens_per_s": round(statistics.median(tps[n]), 2),
+            "ratio_vs_streaming_llm": round(statistics.median(ratios[n]), 3),
+            "ratios": [round(r, 3) for r in ratios[n]],
+            "observes_attention": bool(getattr(POLICIES[n.split(":")[0]], "observes", False)),
+        }
+        for n in names
+    ]
+    print(f"\n{args.model} B={args.budget} W={args.interval} batch={args.batch} new_tokens={args.new_tokens} "
+          f"reps={args.reps} threads={torch.get_num_threads()}")
+    print(f"{'policy':14s} {'tok/s':>8s} {'x stream':>9s}  attention")
+    for r in rows:
+        print(f"{r['policy']:14s} {r['tokens_per_s']:8.2f} {r['ratio_vs_streaming_llm']:9.3f}  "
+              f"{'yes' if r['observes_attention'] else 'no'}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {k: v for k, v in vars(args).items() if k != "out"}
+    meta.update(threads=torch.get_num_threads(), torch=torch.__version__, machine=platform.machine(),
+                device=str(model.device))
+    out.write_text(json.dumps({"settings": meta, "results": rows}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
