@@ -100,10 +100,10 @@ def attention_probs(
     hkv, n = keys.shape[1], keys.shape[2]
     g = hq // hkv
     scale = scaling if scaling is not None else d**-0.5
-    qg = query.float().reshape(b, hkv, g * q, d)
-    logits = torch.matmul(qg, keys.float().transpose(-1, -2)).mul_(scale).view(b, hkv, g, q, n)
-    if mask is not None:
-        mb = mask.shape[0]  # 1 for the shared chunk-causal mask, b for per-row padding masks
-        m = mask.view(mb, 1, 1, q, n) if mask.shape[1] == 1 else mask.view(mb, hkv, g, q, n)
-        logits = logits.masked_fill(~m, float("-inf"))
-    return torch.softmax(logits, dim=-1).nan_to_num_(0.0)
+    qg = (query.float() * scale).reshape(b, hkv, g * q, d)  # scale the q rows, not the (q, n) logits
+    logits = torch.matmul(qg, keys.float().transpose(-1, -2)).view(b, hkv, g, q, n)
+    if mask is None:  # no row can be fully masked
+        return torch.softmax(logits, dim=-1)
+    mb = mask.shape[0]  # 1 for the shared chunk-causal mask, b for per-row padding masks
+    m = mask.view(mb, 1, 1, q, n) if mask.shape[1] == 1 else mask.view(mb, hkv, g, q, n)
+    return torch.softmax(logits.masked_fill(~m, float("-inf")), dim=-1).nan_to_num_(0.0)
