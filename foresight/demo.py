@@ -29,7 +29,7 @@ class DemoConfig:
 
     model: str = "smollm2-135m"
     out_dir: str = "runs/demo"
-    problems: int = 48
+    problems: int = 32
     max_new_tokens: int = 320
     temperature: float = 0.6
     top_p: float = 0.95
@@ -41,7 +41,7 @@ class DemoConfig:
     heldout: float = 0.25
     sl_steps: int = 150
     sl_lr: float = 1e-2
-    grpo_steps: int = 8
+    grpo_steps: int = 4
     grpo_group: int = 4
     grpo_lr: float = 3e-4
     export_onnx: bool = True
