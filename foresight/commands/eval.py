@@ -73,7 +73,7 @@ def run_fidelity(args) -> int:
     import foresight
     from evaluation.fidelity import evaluate_fidelity
     from evaluation.policies import check_requirements, make_factory, parse_budgets, parse_policies
-    from evaluation.report import fidelity_markdown, plot_loss_ratio
+    from evaluation.report import write_fidelity_outputs
     from foresight.errors import ForesightError
     from golden.traces import load_traces
 
@@ -115,18 +115,13 @@ def run_fidelity(args) -> int:
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "fidelity.json").write_text(json.dumps(records, indent=2) + "\n")
     settings = {
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
         "golden": args.golden, "fingerprint": foresight.model_fingerprint(model), "skipped": skipped,
     }
-    (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
-    md = fidelity_markdown(records, title="Fidelity of evicted caches", notes=notes)
-    (out / "fidelity.md").write_text(md)
-    plot_loss_ratio(records, out / "fidelity.png")
+    md = write_fidelity_outputs(records, out, notes=notes, settings=settings)
     print(md)
     print(f"wrote {out / 'fidelity.json'}, {out / 'fidelity.md'}, {out / 'fidelity.png'}")
     return 0
