@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from foresight.errors import ForesightError
+from foresight.runtime import eos_token_ids
 
 SAMPLES_GLOB = "samples-rank*.jsonl"
 #: Settings that change what a sample is; a resumed run must agree on them.
@@ -159,7 +160,7 @@ def run_accuracy(
             seconds = time.perf_counter() - t0
             batch_tokens = sum(len(t) for t in res.token_ids)
             batch_id = f"{rank}:{time.time_ns()}"
-            eos = _eos_ids(model, tokenizer)
+            eos = eos_token_ids(model, tokenizer)
             for i, (p, s) in enumerate(chunk):
                 g = grade(res.texts[i], p.answer)
                 ids = res.token_ids[i]
@@ -178,12 +179,6 @@ def run_accuracy(
     bar.close()
     return write_summary(out, problems, samples)
 
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids = model.generation_config.eos_token_id
-    if ids is None:
-        ids = tokenizer.eos_token_id
-    return set() if ids is None else {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
 
 
 def summarize(records: Sequence[dict], problems: Sequence, samples: int, settings: dict | None = None) -> dict:

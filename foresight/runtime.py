@@ -222,7 +222,7 @@ def generate(
     if cache.budget is not None and protect_prompt:
         cache.protect_len = attn.sum(-1)
         cache.budget = cfg.budget + plen
-    eos = _eos_ids(model, tokenizer) if stop_on_eos else set()
+    eos = eos_token_ids(model, tokenizer) if stop_on_eos else set()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen = torch.Generator(device=device)
     row_gens = None
@@ -283,7 +283,8 @@ def generate(
     return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
 
 
-def _eos_ids(model, tokenizer) -> set[int]:
+def eos_token_ids(model, tokenizer) -> set[int]:
+    """Token ids that end a sequence: the generation config's EOS id(s), else the tokenizer's."""
     ids = model.generation_config.eos_token_id
     if ids is None:
         ids = tokenizer.eos_token_id

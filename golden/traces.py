@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from foresight.data import Problem
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
+from foresight.runtime import eos_token_ids
 from foresight.prompts import build_prompt, load_template
 from golden.sharding import (
     SHARDS_DIR,
@@ -147,7 +148,7 @@ def generate_traces(
     todo = [i for i in mine if not shard_path(out, _shard_name(i)).exists()]
     settings_json = json.dumps(settings, sort_keys=True)
     fingerprint_json = json.dumps(fingerprint, sort_keys=True)
-    eos = _eos_ids(model, tokenizer)
+    eos = eos_token_ids(model, tokenizer)
     desc = "trace" if world == 1 else f"trace[rank {rank}/{world}]"
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=desc, unit="shard", disable=not progress)
     for i in todo:
@@ -181,11 +182,6 @@ def generate_traces(
     bar.close()
     return out
 
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids = model.generation_config.eos_token_id
-    ids = tokenizer.eos_token_id if ids is None else ids
-    return set() if ids is None else {int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])}
 
 
 def _write_shard(out: Path, name: str, rows: dict) -> None:
