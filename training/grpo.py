@@ -491,39 +491,24 @@ def _event_action_mask(ro: Rollout) -> torch.Tensor:
 def run_grpo(cfg: GRPOConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Rollouts + clipped surrogate through the shared loop; writes ``<out_dir>/scorer`` and ``summary.json``."""
     from training import checkpoint as ckpt
-    from training.distributed import barrier, init_distributed
-    from training.logging import MetricsLogger
-    from training.loop import train
+    from training.loop import run_task
 
-    dist = init_distributed(cfg.device)
-    torch.manual_seed(cfg.seed)
-    task = GRPOTask(cfg, dist, model=model)
-    out = Path(cfg.out_dir)
-    logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
-                           run_name=cfg.run_name, run_config=cfg.to_dict())
-    before = {}
-    if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
-                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
-        print(f"[foresight] GRPO: {len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces, "
-              f"B={task.budget} W={task.interval} G={cfg.group_size}", flush=True)
-        fresh = not (resume and ckpt.latest_step(out) is not None)
-        if cfg.eval_before and fresh:
-            before = task.evaluate(0, final=False)
-            if before:
-                logger.log(0, before, "eval")
-                print(f"[foresight] before GRPO: {json.dumps(before)}", flush=True)
-    barrier()
-    summary = train(task, cfg, dist, resume=resume, logger=logger)
-    if dist.is_main:
+    def evaluate_first(task, logger) -> dict:
+        fresh = not (resume and ckpt.latest_step(Path(cfg.out_dir)) is not None)
+        if not (cfg.eval_before and fresh):
+            return {}
+        before = task.evaluate(0, final=False)
         if before:
-            summary["eval_before"] = before
-        if summary.get("finished"):
-            task.module.save_pretrained(out / "scorer")
-            summary["scorer"] = str(out / "scorer")
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+            logger.log(0, before, "eval")
+            print(f"[foresight] before GRPO: {json.dumps(before)}", flush=True)
+        return before
+
+    return run_task(
+        cfg, lambda dist: GRPOTask(cfg, dist, model=model), resume=resume,
+        describe=lambda task: (f"GRPO: {len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces, "
+                               f"B={task.budget} W={task.interval} G={cfg.group_size}"),
+        before_train=evaluate_first,
+    )
 
 
 __all__ = [

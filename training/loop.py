@@ -15,11 +15,12 @@ owns everything else, once:
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 
@@ -223,3 +224,42 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
     logger.close()
     return {"steps": cfg.steps, "skipped": skipped, "start": start, "train": last_metrics, "eval": final,
             "finished": True}
+
+
+def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: bool = False,
+             describe: Callable[[Task], str] | None = None,
+             before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:
+    """The shared life cycle of a trainer run (SL, GRPO): set up ranks and logging, write ``split.json``,
+    :func:`train`, save the final scorer and ``summary.json`` on rank 0.
+
+    ``make_task(dist)`` builds the task (with ``train_rows``/``val_rows``); ``describe(task)`` is printed once;
+    ``before_train(task, logger)`` may evaluate the initial model (rank 0) and returns what goes into the summary
+    as ``eval_before``.
+    """
+    from training.distributed import init_distributed
+
+    dist = init_distributed(cfg.device)
+    torch.manual_seed(cfg.seed)
+    task = make_task(dist)
+    out = Path(cfg.out_dir)
+    logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
+                           run_name=cfg.run_name, run_config=cfg.to_dict())
+    before: dict = {}
+    if dist.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
+                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
+        if describe is not None:
+            print(f"[foresight] {describe(task)}", flush=True)
+        if before_train is not None:
+            before = before_train(task, logger) or {}
+    barrier()
+    summary = train(task, cfg, dist, resume=resume, logger=logger)
+    if dist.is_main:
+        if before:
+            summary["eval_before"] = before
+        if summary.get("finished"):
+            task.module.save_pretrained(out / "scorer")
+            summary["scorer"] = str(out / "scorer")
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary

@@ -443,26 +443,11 @@ class SLTask:
 @register_trainer("sl", SLConfig, help="distil golden labels into the scorer (pairwise ranking hinge)")
 def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``."""
-    from training.distributed import init_distributed
-    from training.logging import MetricsLogger
-    from training.loop import train
+    from training.loop import run_task
 
-    dist = init_distributed(cfg.device)
-    torch.manual_seed(cfg.seed)
-    task = SLTask(cfg, dist, model=model)
-    out = Path(cfg.out_dir)
-    logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
-                           run_name=cfg.run_name, run_config=cfg.to_dict())
-    if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
-                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
-        print(f"[foresight] {len(task.train_rows)} train traces ({task.num_items()} events), "
-              f"{len(task.val_rows)} held-out traces; scorer input dim {task.scorer_config.input_dim}", flush=True)
-    summary = train(task, cfg, dist, resume=resume, logger=logger)
-    if dist.is_main:
-        if summary.get("finished"):
-            task.module.save_pretrained(out / "scorer")
-            summary["scorer"] = str(out / "scorer")
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
-    return summary
+    return run_task(
+        cfg, lambda dist: SLTask(cfg, dist, model=model), resume=resume,
+        describe=lambda task: (f"{len(task.train_rows)} train traces ({task.num_items()} events), "
+                               f"{len(task.val_rows)} held-out traces; scorer input dim "
+                               f"{task.scorer_config.input_dim}"),
+    )
