@@ -38,6 +38,7 @@ def test_demo_fast_on_tiny_model(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2700)
 def test_demo_fast_on_default_model(tmp_path):
     out = tmp_path / "demo"
     assert main(["demo", "--fast", "--out", str(out)]) == 0
