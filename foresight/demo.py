@@ -29,7 +29,7 @@ class DemoConfig:
 
     model: str = "smollm2-135m"
     out_dir: str = "runs/demo"
-    problems: int = 32
+    problems: int = 24
     max_new_tokens: int = 320
     temperature: float = 0.6
     top_p: float = 0.95
@@ -38,12 +38,13 @@ class DemoConfig:
     budget: int = 128
     budgets: list[int] = field(default_factory=lambda: [64, 128])
     interval: int = 32
-    heldout: float = 0.25
+    heldout: float = 4  # held-out problems (a count; a fraction in (0, 1) also works)
     sl_steps: int = 150
     sl_lr: float = 1e-2
     grpo_steps: int = 4
     grpo_group: int = 4
     grpo_lr: float = 3e-4
+    grpo_temperature: float = 0.01  # Plackett-Luce temperature matched to a hinge-trained scorer's score scale
     export_onnx: bool = True
     seed: int = 0
 
@@ -119,7 +120,7 @@ def run_demo(cfg: DemoConfig) -> dict:
                          steps=cfg.sl_steps, lr=cfg.sl_lr, checkpoint_every=cfg.sl_steps, log_every=10,
                          eval_fidelity=False, **common), model=model)
     grpo = run_grpo(GRPOConfig(out_dir=str(out / "grpo"), init_scorer=sl["scorer"], steps=cfg.grpo_steps,
-                               group_size=cfg.grpo_group, lr=cfg.grpo_lr, checkpoint_every=cfg.grpo_steps,
+                               group_size=cfg.grpo_group, lr=cfg.grpo_lr, temperature=cfg.grpo_temperature, checkpoint_every=cfg.grpo_steps,
                                **common), model=model)
     _done(t0)
 
