@@ -35,7 +35,7 @@ def foresight_attention(module, query, key, value, attention_mask, **kwargs):
     if cache is not None:
         layer_idx = module.layer_idx
         attention_mask = cache.attention_mask(layer_idx, query.shape[2], query.dtype)
-        cache.observe(layer_idx, query, key, value)
+        cache.observe(layer_idx, query, key, value, attention_mask)
         # Our mask already encodes causality inside the chunk; SDPA must not add its own top-left one.
         kwargs["is_causal"] = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

@@ -234,12 +234,12 @@ class BudgetedCache(Cache):
         g = self.num_groups
         return mask.repeat_interleave(g, dim=1) if g > 1 else mask
 
-    def observe(self, layer_idx: int, query, keys, values) -> None:
+    def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None) -> None:
+        """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA."""
         if not getattr(self.policy, "observes", False):
             return
         layer = self.layers[layer_idx]
         q, n = query.shape[2], keys.shape[2]
-        mask = self.attention_mask(layer_idx, q, query.dtype)
         if mask is None and q > 1:
             # SDPA runs this step with is_causal=True and no mask; the policy's probabilities must be causal too.
             mask = _chunk_causal(q, n, keys.device)[None, None]

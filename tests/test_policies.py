@@ -145,7 +145,7 @@ def drive(policy, keys, queries, budget=B, interval=W, values=None, chunk=1, sin
         pos = torch.arange(start, end)[None].expand(b, -1)
         cache.begin_step(pos, torch.ones(b, end - start, dtype=torch.bool))
         k, v = cache.update(keys[:, :, start:end], values[:, :, start:end], 0)
-        cache.observe(0, queries[:, :, start:end], k, v)
+        cache.observe(0, queries[:, :, start:end], k, v, cache.attention_mask(0, end - start, k.dtype))
         cache.end_step()
         if fire:
             cache.evict(budget, interval)
