@@ -344,16 +344,13 @@ class GRPOTask:
     """The :class:`training.loop.Task` of GRPO: rollouts, clipped surrogate + KL, held-out reward/loss ratio."""
 
     def __init__(self, cfg: GRPOConfig, dist, model=None):
-        from foresight import load_model
         from foresight.scorer import Scorer
         from golden.traces import load_traces
+        from training.loop import task_model
         from training.sl import git_commit, split_problems
 
         self.cfg, self.dist = cfg, dist
-        if model is None:
-            model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device,
-                                  dtype=cfg.dtype)
-        self.model = model.eval()
+        self.model = model = task_model(cfg, dist, model).eval()
         self.module = Scorer.from_pretrained(cfg.init_scorer, model=model, device=model.device)
         self.module.train()
         self.ref = Scorer.from_pretrained(cfg.ref_scorer or cfg.init_scorer, model=model, device=model.device)

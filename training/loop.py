@@ -226,6 +226,17 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
             "finished": True}
 
 
+def task_model(cfg: TrainerConfig, dist: DistInfo, model=None):
+    """The frozen LLM a task works on: ``model`` when given (in-process callers), else ``cfg.model`` loaded on
+    this rank's device."""
+    if model is not None:
+        return model
+    from foresight import load_model
+
+    model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device, dtype=cfg.dtype)
+    return model
+
+
 def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: bool = False,
              describe: Callable[[Task], str] | None = None,
              before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:

@@ -295,17 +295,15 @@ class SLTask:
     """The :class:`training.loop.Task` of distillation: events with cached features, hinge loss, metrics."""
 
     def __init__(self, cfg: SLConfig, dist, model=None):
-        from foresight import load_model, model_fingerprint
+        from foresight import model_fingerprint
         from foresight.scorer import Scorer, ScorerConfig
         from golden.labels import check_labels_match, load_labels
         from golden.traces import load_traces
         from training.distributed import barrier
+        from training.loop import task_model
 
         self.cfg, self.dist = cfg, dist
-        if model is None:
-            model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device,
-                                  dtype=cfg.dtype)
-        self.model = model
+        self.model = model = task_model(cfg, dist, model)
         fp = model_fingerprint(model)
         ds = load_traces(cfg.traces)
         labels = {}
