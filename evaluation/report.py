@@ -61,26 +61,48 @@ def fidelity_markdown(records: Sequence[dict], title: str = "Fidelity", notes: S
     return "\n".join(lines)
 
 
+# Lines that carry the story get a fixed look; every other policy takes the next colour of a 20-colour cycle.
+_HIGHLIGHT = {"full": dict(color="black", ls=":", lw=1.2), "golden": dict(color="goldenrod", ls="--", lw=2.0)}
+
+
 def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Loss ratio vs budget") -> Path:
-    """PNG of loss ratio against budget, one line per policy (matplotlib, Agg backend)."""
+    """PNG of loss ratio against budget, one line per policy (matplotlib, Agg backend).
+
+    Learned scorers are drawn thick, the oracle dashed, the full cache dotted; the legend (outside the axes)
+    lists policies best first at the smallest budget, so it reads like the table.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    for policy in sorted({r["policy"] for r in records}):
+    series = {}
+    for policy in {r["policy"] for r in records}:
         pts = sorted((r["budget"], r["loss_ratio"]) for r in records if r["policy"] == policy)
         pts = [(b, v) for b, v in pts if not math.isnan(v)]
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=policy)
-    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+            series[policy] = pts
+    order = sorted(series, key=lambda p: (series[p][0][1], p))
+    palette = plt.get_cmap("tab20").colors
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
+    k = learned = 0
+    for policy in order:
+        style = _HIGHLIGHT.get(policy)
+        if style is None:
+            style = dict(color=palette[(2 * k) % 20 + (k // 10) % 2], lw=1.3)
+            k += 1
+            if policy.startswith("learned"):
+                style.update(lw=3.0, zorder=3, ls=("-", "-.", "--")[learned % 3])
+                learned += 1
+        pts = series[policy]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=4, label=policy, **style)
+    ax.set_xticks(sorted({b for pts in series.values() for b, _ in pts}))
     ax.set_xlabel("budget B (KV entries per layer and head)")
     ax.set_ylabel("loss ratio  CE_evicted / CE_full")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

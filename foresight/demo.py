@@ -149,9 +149,13 @@ def run_demo(cfg: DemoConfig) -> dict:
     md = write_fidelity_outputs(records, out / "fidelity", notes=notes, title="ForesightKV demo: fidelity")
     exported = export_scorer(grpo["scorer"], out / "scorer_export", onnx=cfg.export_onnx,
                              fidelity=out / "fidelity" / "fidelity.json")
+    grpo_brief = _brief(grpo)
     verdict = summarise(records, cfg.budgets)
+    line = grpo_verdict(grpo_brief)
+    if line:
+        verdict.append(line)
     summary = {"out_dir": str(out), "minutes": round((time.perf_counter() - t_start) / 60, 2),
-               "traces": len(lengths), "heldout_traces": len(rows), "sl": _brief(sl), "grpo": _brief(grpo),
+               "traces": len(lengths), "heldout_traces": len(rows), "sl": _brief(sl), "grpo": grpo_brief,
                "export": exported, "verdict": verdict}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     report = [md, "", "## Verdict", "", *[f"- {v}" for v in verdict], "",
@@ -168,8 +172,24 @@ def run_demo(cfg: DemoConfig) -> dict:
 
 
 def _brief(summary: dict) -> dict:
-    keep = ("scorer", "steps", "skipped_steps", "final", "eval_before", "eval_after", "heldout")
-    return {k: summary[k] for k in keep if k in summary}
+    keep = ("scorer", "steps", "skipped_steps", "final", "eval_before", "heldout")
+    brief = {k: summary[k] for k in keep if k in summary}
+    if "eval" in summary:
+        brief["eval_after"] = summary["eval"]
+    return brief
+
+
+def grpo_verdict(grpo: dict) -> str | None:
+    """One line: GRPO's held-out reward and loss ratio before -> after (its own evaluation, training budget)."""
+    before, after = grpo.get("eval_before") or {}, grpo.get("eval_after") or {}
+    keys = ("heldout_reward_sample", "heldout_reward_topk", "heldout_loss_ratio_topk")
+    if not all(k in before and k in after for k in keys):
+        return None
+    b, a = (tuple(d[k] for k in keys) for d in (before, after))
+    better = a[0] > b[0] and a[2] <= b[2]
+    return (f"GRPO ({grpo.get('steps', '?')} steps) on {after.get('heldout_traces', '?')} held-out traces: sampled "
+            f"reward {b[0]:.5f} -> {a[0]:.5f}, top-k reward {b[1]:.5f} -> {a[1]:.5f}, top-k loss ratio {b[2]:.4f} "
+            f"-> {a[2]:.4f} ({'improved' if better else 'no clear improvement'}; a short run on few traces)")
 
 
 def summarise(records: list[dict], budgets: list[int]) -> list[str]:

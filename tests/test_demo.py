@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from foresight.cli import main
-from foresight.demo import DEMO_POLICIES, DemoConfig
+from foresight.demo import DEMO_POLICIES, DemoConfig, grpo_verdict
 
 
 def _check_outputs(out):
@@ -26,6 +27,10 @@ def _check_outputs(out):
     assert (out / "scorer_export" / "README.md").exists()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["heldout_traces"] >= 1 and summary["export"]["onnx_max_abs_diff"] <= 1e-5
+    grpo = summary["grpo"]
+    for when in ("eval_before", "eval_after"):  # GRPO's own held-out evaluation, before and after training
+        assert math.isfinite(grpo[when]["heldout_loss_ratio_topk"]) and grpo[when]["heldout_reward_sample"] <= 0
+    assert "GRPO (" in report and "top-k loss ratio" in report
     from foresight.scorer import Scorer
 
     Scorer.from_pretrained(out / "scorer_export")
@@ -50,3 +55,13 @@ def test_demo_config_validation():
         DemoConfig(budget=96)
     with pytest.raises(ValueError, match="exceed the interval"):
         DemoConfig(budgets=[16, 128], interval=32)
+
+
+def test_grpo_verdict_reports_before_and_after_honestly():
+    before = {"heldout_reward_sample": -0.5, "heldout_reward_topk": -0.2, "heldout_loss_ratio_topk": 1.30}
+    better = {"heldout_reward_sample": -0.4, "heldout_reward_topk": -0.2, "heldout_loss_ratio_topk": 1.29}
+    worse_ratio = {**better, "heldout_loss_ratio_topk": 1.31}
+    line = grpo_verdict({"steps": 3, "eval_before": before, "eval_after": better})
+    assert "-0.50000 -> -0.40000" in line and "1.3000 -> 1.2900" in line and "(improved" in line
+    assert "no clear improvement" in grpo_verdict({"eval_before": before, "eval_after": worse_ratio})
+    assert grpo_verdict({"eval_before": before}) is None
