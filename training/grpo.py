@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from foresight.policies.learned import LearnedPolicy
@@ -461,7 +462,7 @@ class GRPOTask:
         g = cfg.eval_group_size or cfg.group_size
         start = self.budget + self.interval
         r_sample, r_topk, ce_ev, ce_fu = [], [], 0.0, 0.0
-        for row in rows:
+        for row in tqdm(rows, desc=f"held-out eval (step {step})", unit="trace", dynamic_ncols=True):
             ce_full, ent_full = self.full_reference(row)
             pos = reward_positions(ent_full, start, cfg.drop_entropy_frac)
             ro = self.rollout(row, _derive_seed(cfg.eval_seed, row["trace_id"]), g, scorer=self.module)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import torch
+from tqdm.auto import tqdm
 
 from training import checkpoint as ckpt
 from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
@@ -170,6 +171,8 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
     window: list[float] = []
     t0 = time.time()
     stop = cfg.steps if not cfg.max_steps_per_run else min(cfg.steps, start + cfg.max_steps_per_run)
+    bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not dist.is_main,
+               dynamic_ncols=True)
     for step in range(start, stop):
         engine.train()
         loss, metrics = task.loss(engine, sampler.batch(step, dist.rank), step)
@@ -191,6 +194,9 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
         if ok.item() > 0:
             window.append(loss_val.item() / dist.world_size)
         done = step + 1
+        bar.update(1)
+        if window:
+            bar.set_postfix(loss=f"{window[-1]:.4f}", refresh=False)
         if cfg.log_every and (done % cfg.log_every == 0 or done == cfg.steps):
             last_metrics = {
                 "loss": sum(window) / len(window) if window else float("nan"),
@@ -202,8 +208,8 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
             window = []
             logger.log(done, last_metrics, "train")
             if dist.is_main:
-                print(f"[foresight] step {done}/{cfg.steps} loss {last_metrics['loss']:.4f} "
-                      f"lr {last_metrics['lr']:.2e} skipped {skipped}", flush=True)
+                bar.write(f"[foresight] step {done}/{cfg.steps} loss {last_metrics['loss']:.4f} "
+                          f"lr {last_metrics['lr']:.2e} skipped {skipped}")
         if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
             ckpt.save(engine, out_dir, done, {"step": done, "skipped": skipped}, dist.is_main, cfg.keep_checkpoints)
         if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
@@ -212,6 +218,7 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
             if ev:
                 logger.log(done, ev, "eval")
             barrier()
+    bar.close()
     if stop < cfg.steps:  # time-sliced run: the next `--resume` continues from the last checkpoint
         logger.close()
         return {"steps": stop, "skipped": skipped, "start": start, "train": last_metrics, "eval": {},

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from training.loop import TrainerConfig
@@ -350,14 +351,16 @@ class SLTask:
         all_rows = self.train_rows + self.val_rows
         todo = [r for r in all_rows[dist.rank :: dist.world_size]
                 if not _cache_file(cache_root, key, r["trace_id"]).exists()]
+        bar = tqdm(total=len(todo), desc="features", unit="trace", disable=not (dist.is_main and todo),
+                   dynamic_ncols=True)
         for s0 in range(0, len(todo), cfg.replay_batch_size):
             part = todo[s0 : s0 + cfg.replay_batch_size]
             events = collect_events(model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
                                     full_extractor, cfg.budget, cfg.interval, dtype, len(part))
             for ev in events:
                 save_events(_cache_file(cache_root, key, ev.trace_id), ev)
-            if dist.is_main:
-                print(f"[foresight] features: {min(s0 + len(part), len(todo))}/{len(todo)} traces (rank 0)", flush=True)
+            bar.update(len(part))
+        bar.close()
         barrier()
 
         def load(rows):
