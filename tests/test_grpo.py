@@ -225,6 +225,9 @@ def test_loss_ratio_matches_fidelity_evaluation():
     res = replay(model, [ids], make_policy("learned", scorer=_scorer(model, seed=5)), B, W)
     a, b = loss_ratio(res.ce[0], full.ce[0], B + W)
     assert a / b == pytest.approx(rec["loss_ratio"], rel=1e-5)
+    # G rollouts pool into one ratio (GRPO's sampled held-out loss ratio): rows sum, the full CE counts G times
+    a2, b2 = loss_ratio(torch.stack([res.ce[0], full.ce[0]]), full.ce[0], B + W)
+    assert a2 == pytest.approx(a + b, rel=1e-6) and b2 == pytest.approx(2 * b, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def _cfg(root: Path, out: Path, **kw):
     from training.grpo import GRPOConfig
 
     base = dict(model="tiny-llama", traces=str(root / "traces"), init_scorer=str(root / "scorer"), out_dir=str(out),
-                steps=4, inner_epochs=2, group_size=3, heldout=2, checkpoint_every=0, lr=1e-2, log_every=1,
+                steps=4, inner_epochs=2, group_size=3, heldout=2, temperature=1.0, checkpoint_every=0, lr=1e-2, log_every=1,
                 eval_traces=1, eval_group_size=2, device="cpu",
                 deepspeed=str(REPO / "configs" / "deepspeed" / "zero0.json"))
     base.update(kw)
@@ -70,7 +70,7 @@ def test_grpo_trains_and_resume_equals_uninterrupted(tiny_grpo, tmp_path):
     model, _ = get_model("tiny-llama")
     full = run_grpo(_cfg(tiny_grpo, tmp_path / "full"), model=model)
     assert full["finished"] and full["skipped"] == 0
-    for key in ("heldout_reward_sample", "heldout_reward_topk", "heldout_loss_ratio_topk"):
+    for key in ("heldout_reward_sample", "heldout_reward_topk", "heldout_loss_ratio_topk", "heldout_loss_ratio_sample"):
         assert key in full["eval"] and key in full["eval_before"]
     recs = read_metrics(tmp_path / "full" / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
