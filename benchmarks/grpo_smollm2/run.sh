@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 7 acceptance run on the default model (SmolLM2-135M, CPU): MATH-500 traces -> golden labels at B=64, W=16
 # -> SL scorer -> GRPO from it, then a paired per-trace comparison of the two scorers on the held-out traces.
-# Usage: bash benchmarks/grpo_smollm2/run.sh   (outputs under $E, default runs/exp7; ~75 min on 2 CPU cores)
+# Usage: bash benchmarks/grpo_smollm2/run.sh   (outputs under $E, default runs/exp7; about 60 min on 2 quiet CPU cores)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -21,7 +21,3 @@ $PY -m foresight train grpo --config configs/grpo.yaml traces=$E/traces init_sco
 # paired per-trace comparison, with the evaluation's noise seed and a second one
 $PY $HERE/compare.py sl,grpo60 $E/sl/scorer,$E/grpo/scorer
 $PY $HERE/summarise.py
-# a longer run (its "before" is the 60-step run's step 0: same scorer, traces and evaluation seed)
-$PY -m foresight train grpo --config configs/grpo.yaml traces=$E/traces init_scorer=$E/sl/scorer heldout=12 \
-    group_size=8 temperature=0.003 lr=1e-4 steps=150 inner_epochs=2 checkpoint_every=50 keep_checkpoints=0 \
-    eval_group_size=8 eval_before=false out_dir=$E/grpo150
