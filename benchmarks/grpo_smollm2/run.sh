@@ -21,3 +21,5 @@ $PY -m foresight train grpo --config configs/grpo.yaml traces=$E/traces init_sco
 # paired per-trace comparison, with the evaluation's noise seed and a second one
 $PY $HERE/compare.py sl,grpo60 $E/sl/scorer,$E/grpo/scorer
 $PY $HERE/summarise.py
+# the SL scorer at inference: top-k vs the learned policy's sampled selection (T=0.003, seeds 0 and 1)
+$PY $HERE/sample_vs_topk.py sl $E/sl/scorer
