@@ -120,7 +120,8 @@ def run_demo(cfg: DemoConfig) -> dict:
                          steps=cfg.sl_steps, lr=cfg.sl_lr, checkpoint_every=cfg.sl_steps, log_every=10,
                          eval_fidelity=False, **common), model=model)
     grpo = run_grpo(GRPOConfig(out_dir=str(out / "grpo"), init_scorer=sl["scorer"], steps=cfg.grpo_steps,
-                               group_size=cfg.grpo_group, lr=cfg.grpo_lr, temperature=cfg.grpo_temperature, checkpoint_every=cfg.grpo_steps,
+                               group_size=cfg.grpo_group, lr=cfg.grpo_lr, temperature=cfg.grpo_temperature,
+                               checkpoint_every=cfg.grpo_steps,
                                **common), model=model)
     _done(t0)
 

@@ -448,11 +448,22 @@ class GRPOTask:
         return total, metrics
 
     @torch.no_grad()
-    def evaluate(self, step: int, final: bool) -> dict:
-        """Held-out mean reward and loss ratio under sampling (G rollouts, fixed seeds) and under top-k."""
+    def topk_episode(self, row, scorer=None) -> tuple[float, float, float]:
+        """Deterministic top-k replay of ``row`` under ``scorer`` (default: the policy): reward, and the summed
+        evicted / full-cache CE of :func:`loss_ratio`."""
         from foresight.policies import make_policy
         from foresight.runtime import replay
 
+        ce_full, ent_full = self.full_reference(row)
+        start = self.budget + self.interval
+        pos = reward_positions(ent_full, start, self.cfg.drop_entropy_frac)
+        pol = make_policy("learned", scorer=self.module if scorer is None else scorer, selection="topk")
+        res = replay(self.model, [list(map(int, row["input_ids"]))], pol, self.budget, self.interval)
+        return (float(episode_rewards(res.ce, ce_full, pos, self.cfg.eta)[0]), *loss_ratio(res.ce[0], ce_full, start))
+
+    @torch.no_grad()
+    def evaluate(self, step: int, final: bool) -> dict:
+        """Held-out mean reward and loss ratio under sampling (G rollouts, fixed seeds) and under top-k."""
         if not self.dist.is_main or not self.val_rows:
             return {}
         cfg = self.cfg
@@ -463,16 +474,12 @@ class GRPOTask:
         start = self.budget + self.interval
         r_sample, r_topk, ce_ev, ce_fu, ce_ev_s, ce_fu_s = [], [], 0.0, 0.0, 0.0, 0.0
         for row in tqdm(rows, desc=f"held-out eval (step {step})", unit="trace", dynamic_ncols=True):
-            ce_full, ent_full = self.full_reference(row)
-            pos = reward_positions(ent_full, start, cfg.drop_entropy_frac)
             ro = self.rollout(row, _derive_seed(cfg.eval_seed, row["trace_id"]), g, scorer=self.module)
             r_sample.append(float(ro.rewards.mean()))
-            a, b = loss_ratio(ro.ce, ce_full, start)
+            a, b = loss_ratio(ro.ce, self.full_reference(row)[0], start)
             ce_ev_s, ce_fu_s = ce_ev_s + a, ce_fu_s + b
-            pol = make_policy("learned", scorer=self.module, selection="topk")
-            res = replay(self.model, [list(map(int, row["input_ids"]))], pol, self.budget, self.interval)
-            r_topk.append(float(episode_rewards(res.ce, ce_full, pos, cfg.eta)[0]))
-            a, b = loss_ratio(res.ce[0], ce_full, start)
+            r, a, b = self.topk_episode(row)
+            r_topk.append(r)
             ce_ev, ce_fu = ce_ev + a, ce_fu + b
         if was_training:
             self.module.train()

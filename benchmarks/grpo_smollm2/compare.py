@@ -1,11 +1,8 @@
 """Paired per-trace comparison of scorers on the GRPO held-out traces: sampled reward (G rollouts, several noise
 seeds, same seeds for every scorer), sampled loss ratio, top-k reward and top-k loss ratio."""
 import json, os, sys
-import torch
 from training.distributed import DistInfo
-from training.grpo import GRPOConfig, GRPOTask, episode_rewards, loss_ratio, reward_positions, _derive_seed
-from foresight.policies import make_policy
-from foresight.runtime import replay
+from training.grpo import GRPOConfig, GRPOTask, loss_ratio, _derive_seed
 from foresight.scorer import Scorer
 
 E = os.environ.get("E", "runs/exp7")
@@ -20,18 +17,14 @@ rows = []
 for name, d in zip(names, dirs):
     sc = Scorer.from_pretrained(d, model=task.model).eval()
     for row in task.val_rows:
-        ce_full, ent = task.full_reference(row)
-        pos = reward_positions(ent, start, cfg.drop_entropy_frac)
+        ce_full = task.full_reference(row)[0]
         rec = {"scorer": name, "trace": row["trace_id"]}
         for s in seeds:
             ro = task.rollout(row, _derive_seed(s, row["trace_id"]), 8, scorer=sc)
             a, b = loss_ratio(ro.ce, ce_full, start)
             rec[f"r_sample_{s}"] = float(ro.rewards.mean())
             rec[f"lr_sample_{s}"] = a / b
-        res = replay(task.model, [list(map(int, row["input_ids"]))], make_policy("learned", scorer=sc), task.budget, task.interval)
-        rec["r_topk"] = float(episode_rewards(res.ce, ce_full, pos, cfg.eta)[0])
-        a, b = loss_ratio(res.ce[0], ce_full, start)
-        rec["ce_topk"], rec["ce_full"] = a, b
+        rec["r_topk"], rec["ce_topk"], rec["ce_full"] = task.topk_episode(row, scorer=sc)
         rows.append(rec)
         print(json.dumps(rec), flush=True)
 json.dump(rows, open(f"{E}/compare.json", "w"), indent=1)

@@ -2,26 +2,20 @@
 import os, sys, time
 import torch
 from training.distributed import DistInfo
-from training.grpo import GRPOConfig, GRPOTask, episode_rewards, reward_positions
-from foresight.policies import make_policy
-from foresight.runtime import replay
+from training.grpo import GRPOConfig, GRPOTask
 
 E = os.environ.get("E", "runs/exp7")
 cfg = GRPOConfig(traces=f"{E}/traces", init_scorer=f"{E}/sl/scorer", heldout=12, group_size=8, out_dir="/tmp/probe")
 task = GRPOTask(cfg, DistInfo(rank=0, world_size=1, local_rank=0, device="cpu"))
 task.module.eval()
 rows = task.train_rows[:: max(1, len(task.train_rows) // 4)][:4]
-start = task.budget + task.interval
 for T in [float(t) for t in sys.argv[1:]]:
     task.cfg.temperature = T
     out = []
     for row in rows:
         t0 = time.time()
         ro = task.rollout(row, seed=1, group_size=8)
-        ce_full, ent = task.full_reference(row)
-        pos = reward_positions(ent, start, cfg.drop_entropy_frac)
-        res = replay(task.model, [list(map(int, row["input_ids"]))], make_policy("learned", scorer=task.module), task.budget, task.interval)
-        r_top = float(episode_rewards(res.ce, ce_full, pos, cfg.eta)[0])
+        r_top = task.topk_episode(row)[0]
         with torch.no_grad():
             scores = task.module(ro.features.transpose(0, 1)).transpose(0, 1)  # E L G H C
         s = scores.masked_fill(~ro.free, float("inf"))
