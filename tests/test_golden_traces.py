@@ -28,13 +28,23 @@ SETTINGS = dict(samples=2, max_new_tokens=24, temperature=0.8, top_p=0.95, top_k
 # -- problems and prompts -----------------------------------------------------------------------------------------
 
 
-def test_builtin_problem_sets():
+def test_builtin_problem_sets(monkeypatch, tmp_path):
+    # Shipped inside the package: found with no ../shared and no FORESIGHT_DATA_DIR.
+    monkeypatch.delenv("FORESIGHT_DATA_DIR", raising=False)
+    from foresight.data import data_dir
+
+    assert data_dir().is_relative_to(REPO / "foresight")
     aime = load_problems("aime24")
     assert len(aime) == 30 and all(p.problem and p.answer for p in aime)
     assert len({p.id for p in aime}) == 30
     math = load_problems("math500", limit=5)
     assert len(math) == 5 and math[0].id.startswith("test/")
     assert len(load_problems("aime25", limit=0)) == 0
+    assert len(load_problems("aime25")) == 30 and len(load_problems("math500")) == 400
+    # FORESIGHT_DATA_DIR still overrides the shipped copies.
+    (tmp_path / "aime24.jsonl").write_text('{"problem": "1+1?", "answer": "2", "id": "x"}\n')
+    monkeypatch.setenv("FORESIGHT_DATA_DIR", str(tmp_path))
+    assert [p.id for p in load_problems("aime24")] == ["x"]
 
 
 def test_missing_data_dir_is_a_clear_error(monkeypatch, tmp_path):
