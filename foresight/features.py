@@ -9,8 +9,13 @@ The extractor is an *observer*: it sees every forward step of every layer throug
 
 * the attention rows of the last ``R = max(W, 32)`` queries over the cache entries, per query head of the
   group: a (batch, Hkv, G, R, n) ring buffer, zero-padded for entries that arrived after a query;
-* two per-entry accumulators updated at eviction events: the cumulative sum of the window sums across
-  events, and the decayed cumulative sum ``prev * decay + current`` (decay 0.9).
+* a per-entry *running* sum of the attention paid by every query observed since the last event (all of a
+  step's queries, however many: a prompt prefill may hold far more than ``R``);
+* two per-entry accumulators into which the running sum is folded at each event: the cumulative sum
+  ``cum += running`` and the decayed cumulative sum ``dec = dec * decay + running`` (decay 0.9); then
+  ``running = 0``. Together they cover **every** query since the entry arrived, the prompt's included
+  (DESIGN.md section 4; the reference code seeds them with the prefill attention), not only the last ``W``
+  rows at each event.
 
 Everything is kept aligned with the cache through :meth:`FeatureExtractor.on_evict` (the same gather the
 cache applies). At an event, :meth:`FeatureExtractor.features` returns (batch, Hkv, C, D) features of the C
@@ -22,13 +27,15 @@ candidates. Feature groups (``feature_set``):
     the cached value, ``d`` numbers.
 ``attn``
     per query head of the group, 8 numbers: max and min over the last ``W`` queries; sums over the last
-    ``W``, 32, 16 and 8 queries; cumulative sum of window sums across events; decayed cumulative sum.
+    ``W``, 32, 16 and 8 queries; cumulative attention of every query since the entry arrived (up to this
+    event); the same with each earlier inter-event segment decayed by ``decay`` per event.
     ``8 * G`` numbers, each mapped through ``log(x + 1e-6)`` (attention spans orders of magnitude).
 ``age``
     ``log1p(t - position)``, with ``t`` the newest position in the cache plus one; 1 number.
 
 Normalisation: besides the fixed log transform above, features are standardised per (layer, KV head,
-feature) by the scorer with statistics fitted on the training features (see :mod:`foresight.scorer`).
+feature) by the scorer with statistics fitted on events sampled uniformly across all training traces (see
+:mod:`foresight.scorer`).
 """
 
 from __future__ import annotations
@@ -50,8 +57,9 @@ LOG_EPS = 1e-6
 class _LayerState:
     rows: torch.Tensor | None = None  # (b, Hkv, G, <=R, n) attention of the last R queries (newest last)
     filled: int = 0  # valid rows in ``rows`` (the newest are last)
-    cum: torch.Tensor | None = None  # (b, Hkv, G, n) cumulative window sums across events
-    dec: torch.Tensor | None = None  # (b, Hkv, G, n) decayed cumulative window sums
+    run: torch.Tensor | None = None  # (b, Hkv, G, n) attention of all queries since the last event
+    cum: torch.Tensor | None = None  # (b, Hkv, G, n) attention of all queries up to the last event
+    dec: torch.Tensor | None = None  # (b, Hkv, G, n) the same, each inter-event segment decayed per event
 
 
 def _group_key(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
@@ -176,7 +184,8 @@ class FeatureExtractor:
 
     # -- observation ----------------------------------------------------------------------------------------------
     def observe(self, view: StepView) -> None:
-        """Append the step's attention rows (batch, Hkv, G, q, n) to the layer's ring buffer."""
+        """Append the step's attention rows (batch, Hkv, G, q, n) to the layer's ring buffer and add all of
+        them to the running sum."""
         if not self.needs_attention:
             return
         st = self._layers[view.layer_idx]
@@ -189,25 +198,28 @@ class FeatureExtractor:
         st.rows = torch.cat([rows, probs], dim=3)[..., -self.history :, :]
         st.filled = min(st.filled + q, self.history)
         if st.cum is None:
+            st.run = probs.sum(3)
             st.cum = probs.new_zeros(*probs.shape[:3], n)
             st.dec = probs.new_zeros(*probs.shape[:3], n)
-        elif st.cum.shape[-1] < n:
-            st.cum = torch.nn.functional.pad(st.cum, (0, n - st.cum.shape[-1]))
-            st.dec = torch.nn.functional.pad(st.dec, (0, n - st.dec.shape[-1]))
+        else:
+            pad = n - st.cum.shape[-1]  # new entries start at zero
+            st.run = torch.nn.functional.pad(st.run, (0, pad)) + probs.sum(3)
+            st.cum = torch.nn.functional.pad(st.cum, (0, pad))
+            st.dec = torch.nn.functional.pad(st.dec, (0, pad))
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:
         """Features of the candidates of one layer at an event, (batch, Hkv, C, D) fp32.
 
-        Call exactly once per layer and event: it also folds the current window into the cumulative and
-        decayed sums (over all entries, candidates and protected ones).
+        Call exactly once per layer and event: it also folds the running sum (every query since the last
+        event) into the cumulative and decayed sums and restarts it (over all entries, candidates and
+        protected ones).
         """
         st = self._layers[view.layer_idx]
-        if self.needs_attention and st.rows is not None and st.filled > 0:
-            n = view.positions.shape[-1]
-            cur = st.rows[..., -self.window :, :n].sum(3)
-            st.cum = st.cum[..., :n] + cur
-            st.dec = st.dec[..., :n] * self.decay + cur
+        if self.needs_attention and st.run is not None:
+            st.cum = st.cum + st.run
+            st.dec = st.dec * self.decay + st.run
+            st.run = torch.zeros_like(st.run)
         c = view.num_candidates
         parts = [FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set]
         return torch.cat(parts, dim=-1)
@@ -220,8 +232,8 @@ class FeatureExtractor:
         b, h, k = keep.shape
         g, r = st.rows.shape[2], st.rows.shape[3]
         st.rows = st.rows.gather(-1, keep[:, :, None, None, :].expand(b, h, g, r, k))
-        st.cum = st.cum.gather(-1, keep[:, :, None, :].expand(b, h, g, k))
-        st.dec = st.dec.gather(-1, keep[:, :, None, :].expand(b, h, g, k))
+        idx = keep[:, :, None, :].expand(b, h, g, k)
+        st.run, st.cum, st.dec = st.run.gather(-1, idx), st.cum.gather(-1, idx), st.dec.gather(-1, idx)
 
 
 __all__ = [

@@ -211,8 +211,10 @@ def test_attention_features_match_brute_force(tiny):
                 p = int(cand[h, i])
                 hist = [r.get((h, p), zero) for r in rows]  # absent = not in the cache yet
                 last = torch.stack(hist[-W:])
-                # window sums at every event so far; the cumulative features add them up (decayed or not)
-                ws = [sum((r.get((h, p), zero) for r in log.rows[max(0, e - W) : e]), zero) for e in event_rows[: k + 1]]
+                # attention of every query between consecutive events (the prompt's included); the cumulative
+                # features add these up, decayed or not (issue 14; tests/test_features_bruteforce.py)
+                bounds = [0, *event_rows[: k + 1]]
+                ws = [sum((r.get((h, p), zero) for r in log.rows[a:e]), zero) for a, e in zip(bounds, bounds[1:])]
                 cum = sum(ws, zero)
                 dec = sum((0.9 ** (k - e) * w for e, w in enumerate(ws)), zero)
                 ref = torch.stack([last.max(0).values, last.min(0).values, last.sum(0),

@@ -38,7 +38,9 @@ from foresight.errors import ForesightError
 from training.loop import TrainerConfig
 from training.registry import register_trainer
 
-FEATURE_CACHE_FORMAT = "foresight-sl-features/1"
+FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
+#: Training events (a seeded uniform sample across all training traces) the feature standardisation is fitted on.
+NORMALIZER_EVENTS = 64
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -273,6 +275,16 @@ def load_events(path: Path) -> TraceEvents:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def normalizer_sample(num_events: int, seed: int, size: int | None = None) -> torch.Tensor:
+    """Sorted indices of ``min(size, num_events)`` distinct events drawn uniformly (seeded) from the pooled
+    events of all training traces: the scorer's standardisation statistics are fitted on them, so that they
+    describe every trace rather than the first few (DESIGN.md section 4). ``size`` defaults to
+    :data:`NORMALIZER_EVENTS`."""
+    size = NORMALIZER_EVENTS if size is None else size
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randperm(num_events, generator=gen)[: min(size, num_events)].sort().values
+
+
 def split_problems(problem_ids: list[str], heldout: float, seed: int) -> set[str]:
     """Held-out problem ids: a seeded shuffle of the distinct ids, the last ``heldout`` fraction (or count)."""
     uniq = sorted(set(problem_ids))
@@ -377,8 +389,9 @@ class SLTask:
         if self.train is None:
             raise ForesightError("the training traces have no eviction events (traces shorter than B + W?)")
         self.module = Scorer(self.scorer_config, seed=cfg.seed)
-        sample = self.train["features"][: min(64, self.train["features"].shape[0])]
-        self.module.fit_normalizer(sample.float().transpose(0, 1))  # (L, E, K, C, D)
+        norm_idx = normalizer_sample(self.train["features"].shape[0], cfg.seed)
+        self.module.fit_normalizer(self.train["features"][norm_idx].float().transpose(0, 1))  # (L, E, K, C, D)
+        self.scorer_config.provenance["normalizer_events"] = len(norm_idx)
         self.scorer_config.provenance["train_events"] = int(self.train["features"].shape[0])
         self.scorer_config.provenance["heldout_events"] = 0 if self.val is None else int(self.val["features"].shape[0])
         self.baselines = self._baseline_metrics() if dist.is_main else {}

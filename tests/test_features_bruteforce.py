@@ -1,0 +1,177 @@
+"""Brute force for the cumulative attention features (issue 14, DESIGN.md section 4) and their standardisation.
+
+The cumulative and decayed sums of :mod:`foresight.features` must cover **every** query since an entry
+arrived, the prompt's included, not only the last ``W`` rows at each event. Here an independent log records,
+for every forward step of every layer, the queries, the cached keys and the logical positions of the cache
+the model actually attended to (the evicted one), recomputes the full attention matrix from them, and sums
+it per logical position in closed form:
+
+* ``cum(p, k) = sum over every query before event k of its attention to position p``;
+* ``dec(p, k) = sum over the same queries of 0.9 ** (k - e) * attention``, with ``e`` the number of events
+  before the query.
+
+The extractor's features of every candidate at every event and layer must equal them, along odd eviction
+trajectories (different per KV head), with prefills longer than ``W`` (a long first replay piece; a prompt
+longer than ``B`` compressed right after prefill) and batches.
+
+The scorer's feature standardisation is fitted on a seeded uniform sample of the events of all training traces
+(not the first events, i.e. the first trace or two).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+
+import foresight
+from foresight.features import ATTN_STATS, LOG_EPS, FeatureExtractor
+from foresight.policies.base import EvictionPolicy
+from foresight.policies.recorder import FeatureRecorder
+from tests.conftest import get_model
+
+B, W, DECAY = 16, 4, 0.9
+
+
+@dataclass
+class _StepLog(EvictionPolicy):
+    """Driver that evicts along an odd per-head trajectory and logs what every query attended to."""
+
+    name = "step_log"
+    observes = True
+    steps: list = field(default_factory=list)  # (layer, events so far, probs (b, h, g, q, n), positions (b, h, n))
+    events: int = 0
+
+    def reset(self, *args, **kwargs):
+        self.steps.clear()
+        self.events = 0
+
+    def observe(self, view):
+        q, k = view.query.float(), view.keys.float()
+        b, hq, nq, d = q.shape
+        hkv, n = k.shape[1], k.shape[2]
+        g = hq // hkv
+        logits = torch.einsum("bhgqd,bhnd->bhgqn", q.view(b, hkv, g, nq, d), k) * d**-0.5
+        # the mask from logical positions alone: a query sees valid entries at or before its own position
+        qpos = view.query_positions[:, None, None, :, None]
+        allowed = (view.positions[:, :, None, None, :] <= qpos) & view.valid[:, :, None, None, :]
+        probs = logits.masked_fill(~allowed, float("-inf")).softmax(-1).nan_to_num(0.0)
+        # left-padding queries (the newest entries are this step's tokens) attend to nothing real; drop them
+        probs = probs * view.valid[:, :, None, -nq:, None]
+        torch.testing.assert_close(probs, view.probs * view.valid[:, :, None, -nq:, None], rtol=1e-4, atol=1e-5)
+        self.steps.append((view.layer_idx, self.events, probs, view.positions.clone()))
+
+    def score(self, view):
+        pos = view.candidate_positions.float()
+        head = torch.arange(pos.shape[1], dtype=pos.dtype)[None, :, None]
+        return torch.sin(pos * (1.7 + head))  # keeps differ per KV head and are not recency
+
+    def on_evict(self, layer_idx, keep):
+        if layer_idx == 0:
+            self.events += 1
+
+
+def _reference(log: _StepLog, layer: int, event: int, num_positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(b, h, g, N) cumulative and decayed attention per logical position, from every query before ``event``."""
+    cum = dec = None
+    for lay, before, probs, pos in log.steps:
+        if lay != layer or before > event:
+            continue
+        b, h, g, _, n = probs.shape
+        per_entry = probs.sum(3)  # every query of the step
+        idx = pos[:, :, None, :].expand(b, h, g, n)
+        add = torch.zeros(b, h, g, num_positions).scatter_add_(-1, idx, per_entry)
+        cum = add if cum is None else cum + add
+        dec = (DECAY ** (event - before)) * add + (0 if dec is None else dec)
+    return cum, dec
+
+
+def _check(got: list, log: _StepLog, num_positions: int, min_events: int) -> None:
+    assert len({ev[0] for ev in got}) >= min_events
+    for event, layer, cand, valid, feats in got:
+        cum, dec = _reference(log, layer, event, num_positions)
+        b, h, c = cand.shape
+        g = feats.shape[-1] // ATTN_STATS
+        stats = feats.view(b, h, c, g, ATTN_STATS)
+        idx = cand[:, :, None, :].expand(b, h, g, c)
+        want_cum = cum.gather(-1, idx).transpose(-1, -2)  # (b, h, c, g)
+        want_dec = dec.gather(-1, idx).transpose(-1, -2)
+        msg = f"event {event}, layer {layer}"
+        real = valid[..., None].expand(b, h, c, g)  # left padding is evicted first and never attended to
+        torch.testing.assert_close(stats[..., 6][real], torch.log(want_cum + LOG_EPS)[real], rtol=1e-4, atol=1e-4,
+                                   msg=msg)
+        torch.testing.assert_close(stats[..., 7][real], torch.log(want_dec + LOG_EPS)[real], rtol=1e-4, atol=1e-4,
+                                   msg=msg)
+
+
+def _recorder(log: _StepLog, got: list) -> FeatureRecorder:
+    def on_event(view, feats):
+        c = view.num_candidates
+        got.append((view.event, view.layer_idx, view.candidate_positions.clone(), view.valid[..., :c].clone(),
+                    feats.clone()))
+
+    return FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=("attn",), decay=DECAY), driver=log,
+                           on_event=on_event)
+
+
+@pytest.mark.parametrize("chunk", [None, B + W])
+def test_cumulative_features_equal_full_attention_sums_in_replay(tiny, chunk):
+    """Teacher-forced replay (pieces of W, or one first piece of B + W queries), batch of two."""
+    model, _ = tiny
+    seq = torch.randint(3, 250, (2, 48), generator=torch.Generator().manual_seed(3))
+    log, got = _StepLog(), []
+    foresight.replay(model, seq, _recorder(log, got), B, W, chunk=chunk)
+    _check(got, log, seq.shape[1], min_events=6)
+
+
+def test_cumulative_features_include_a_compressed_prompt(tiny):
+    """Generation: a prompt longer than B (one prefill step of 30 queries, compressed right after it), left
+    padding in a batch, then token-by-token decoding."""
+    model, tok = tiny
+    prompts = [list(range(5, 35)), list(range(40, 62))]
+    log, got = _StepLog(), []
+    res = foresight.generate(model, tok, prompts, policy=_recorder(log, got), budget=B, interval=W,
+                             max_new_tokens=20, stop_on_eos=False)
+    assert res.stats["evictions"] >= 5
+    _check(got, log, 30 + 20, min_events=5)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Feature standardisation: fitted on events sampled across all training traces
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_normalizer_sample_is_seeded_distinct_and_uniform():
+    from training.sl import normalizer_sample
+
+    a = normalizer_sample(40, seed=3, size=8)
+    assert torch.equal(a, normalizer_sample(40, seed=3, size=8)) and not torch.equal(a, normalizer_sample(40, 4, 8))
+    assert len(set(a.tolist())) == 8 and torch.equal(a, a.sort().values)
+    assert torch.equal(normalizer_sample(5, seed=0, size=8), torch.arange(5))  # fewer events than the sample
+    counts = torch.zeros(40)
+    for seed in range(2000):
+        counts[normalizer_sample(40, seed, 8)] += 1
+    assert counts.min() > 300 and counts.max() < 500  # each event expected 2000 * 8 / 40 = 400 times
+
+
+def test_sl_standardisation_is_fitted_on_events_of_all_training_traces(tmp_path, monkeypatch):
+    from tests.test_sl import _cfg, _make_data
+    from training import sl
+    from training.distributed import DistInfo
+
+    monkeypatch.setattr(sl, "NORMALIZER_EVENTS", 16)
+    data = _make_data(tmp_path / "data")
+    task = sl.SLTask(_cfg(data, tmp_path / "run"), DistInfo(0, 1, 0, torch.device("cpu")))
+    feats = task.train["features"].float()  # (E, L, K, C, D): events of the training traces, in trace order
+    num = feats.shape[0]
+    idx = sl.normalizer_sample(num, task.cfg.seed, 16)
+    per_trace = torch.tensor([len(task.labels[r["trace_id"]].events) for r in task.train_rows])
+    trace_of_event = torch.repeat_interleave(torch.arange(len(task.train_rows)), per_trace)
+    assert len(trace_of_event) == num > 16
+    assert len(set(trace_of_event[idx].tolist())) == len(task.train_rows) > 1  # every trace (a prefix: 2 or 3)
+    # the fitted statistics are exactly those of the sampled events, per (layer, KV head, feature)
+    x = feats[idx].permute(1, 2, 0, 3, 4).flatten(2, 3)  # (L, K, events * C, D)
+    torch.testing.assert_close(task.module.feature_mean, x.mean(2))
+    torch.testing.assert_close(task.module.feature_std, x.std(2, unbiased=False).clamp(min=1e-4))
+    assert task.scorer_config.provenance["normalizer_events"] == 16
