@@ -58,8 +58,8 @@ class _LayerState:
     rows: torch.Tensor | None = None  # (b, Hkv, G, <=R, n) attention of the last R queries (newest last)
     filled: int = 0  # valid rows in ``rows`` (the newest are last)
     run: torch.Tensor | None = None  # (b, Hkv, G, n) attention of all queries since the last event
-    cum: torch.Tensor | None = None  # (b, Hkv, G, n) attention of all queries up to the last event
-    dec: torch.Tensor | None = None  # (b, Hkv, G, n) the same, each inter-event segment decayed per event
+    cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
+    dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
 
 
 def _group_key(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
@@ -197,15 +197,10 @@ class FeatureExtractor:
             rows = torch.nn.functional.pad(st.rows, (0, n - st.rows.shape[-1]))
         st.rows = torch.cat([rows, probs], dim=3)[..., -self.history :, :]
         st.filled = min(st.filled + q, self.history)
-        if st.cum is None:
+        if st.run is None:
             st.run = probs.sum(3)
-            st.cum = probs.new_zeros(*probs.shape[:3], n)
-            st.dec = probs.new_zeros(*probs.shape[:3], n)
-        else:
-            pad = n - st.cum.shape[-1]  # new entries start at zero
-            st.run = torch.nn.functional.pad(st.run, (0, pad)) + probs.sum(3)
-            st.cum = torch.nn.functional.pad(st.cum, (0, pad))
-            st.dec = torch.nn.functional.pad(st.dec, (0, pad))
+        else:  # entries appended by this step start at zero; cum/dec grow at the next event
+            st.run = torch.nn.functional.pad(st.run, (0, n - st.run.shape[-1])).add_(probs.sum(3))
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:
@@ -217,8 +212,12 @@ class FeatureExtractor:
         """
         st = self._layers[view.layer_idx]
         if self.needs_attention and st.run is not None:
-            st.cum = st.cum + st.run
-            st.dec = st.dec * self.decay + st.run
+            if st.cum is None:
+                st.cum, st.dec = st.run, st.run.clone()
+            else:
+                pad = (0, st.run.shape[-1] - st.cum.shape[-1])
+                st.cum = torch.nn.functional.pad(st.cum, pad).add_(st.run)
+                st.dec = torch.nn.functional.pad(st.dec, pad).mul_(self.decay).add_(st.run)
             st.run = torch.zeros_like(st.run)
         c = view.num_candidates
         parts = [FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set]
@@ -233,7 +232,9 @@ class FeatureExtractor:
         g, r = st.rows.shape[2], st.rows.shape[3]
         st.rows = st.rows.gather(-1, keep[:, :, None, None, :].expand(b, h, g, r, k))
         idx = keep[:, :, None, :].expand(b, h, g, k)
-        st.run, st.cum, st.dec = st.run.gather(-1, idx), st.cum.gather(-1, idx), st.dec.gather(-1, idx)
+        st.run = st.run.gather(-1, idx)
+        if st.cum is not None:
+            st.cum, st.dec = st.cum.gather(-1, idx), st.dec.gather(-1, idx)
 
 
 __all__ = [
