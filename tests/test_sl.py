@@ -270,7 +270,9 @@ def test_two_rank_cpu_deepspeed_run_writes_one_checkpoint(tiny_data, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     ck = out / "checkpoints"
     assert (ck / "latest").read_text().strip() == "step_000004"
-    assert sorted(p.name for p in (ck / "step_000004").iterdir()) == ["mp_rank_00_model_states.pt", "scorer"]
+    assert sorted(p.name for p in (ck / "step_000004").iterdir()) == [  # safetensors + JSON, no pickle
+        "checkpoint.json", "model.safetensors", "optimizer.safetensors", "rank-00000.safetensors",
+        "rank-00001.safetensors", "scorer"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finished"] and summary["skipped"] == 0
     from foresight.scorer import Scorer

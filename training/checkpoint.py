@@ -1,26 +1,59 @@
-"""Checkpoints and resumption shared by the trainers.
+"""Checkpoints and resumption shared by the trainers: safetensors + JSON only, written atomically.
 
-A checkpoint is written every ``checkpoint_every`` steps through DeepSpeed's ``engine.save_checkpoint`` (all
-ranks call it; with ZeRO stage 0 only rank 0 writes files, with ZeRO stages 1-2 each rank adds its optimizer
-partition). It holds the scorer weights, the optimizer and LR-scheduler state, and a ``client_state`` with the
-trainer's counters (step, skipped steps) and rank 0's RNG states. Rank 0 also writes a ready-to-use scorer
-directory (``scorer/``, :meth:`foresight.scorer.Scorer.save_pretrained`) next to it.
+**Nothing is ever unpickled.** DeepSpeed's own ``save_checkpoint``/``load_checkpoint`` store ``torch.save``
+pickles and read them back with ``torch.load`` and weights-only mode off, so a replaced checkpoint file could
+run code on ``--resume``. We write and read the state ourselves:
 
-Layout: ``<out_dir>/checkpoints/step_000100/...`` and DeepSpeed's ``latest`` file naming the newest tag.
-Data order is a pure function of (seed, step) (see :class:`training.loop.StepSampler`), so resuming from a
-step replays the same batches as an uninterrupted run.
+``<out_dir>/checkpoints/step_000100/``
+    ``model.safetensors``      the scorer's ``state_dict`` (rank 0)
+    ``optimizer.safetensors``  ZeRO stage 0: the torch optimizer's state tensors; its non-tensor structure
+                               (param groups, hyperparameters) as JSON in the safetensors header (rank 0)
+    ``rank-00001.safetensors`` per rank: torch/CUDA RNG states as uint8 tensors, numpy's MT19937 key, the
+                               Python ``random`` state as JSON, and with ZeRO stage 1/2 this rank's optimizer
+                               partition (the base optimizer's state over its flat fp32 partition + the fp32
+                               master partition itself)
+    ``scorer/``                a ready-to-use scorer directory (:meth:`foresight.scorer.Scorer.save_pretrained`)
+    ``checkpoint.json``        the manifest, written last: step, skipped steps, LR-scheduler state, DeepSpeed
+                               step counters, the *settings* that define the training, and size + sha256 of
+                               every file above
+``<out_dir>/checkpoints/latest``   the newest tag (informational; resume scans for the newest manifest)
+
+**ZeRO.** Stage 0 replicates the optimizer, so rank 0 writes it once and every rank reads that file. Stages
+1 and 2 partition it: every rank saves and restores its own partition, which is exact for the same world
+size and stage; both are among the recorded settings, so resuming with another world size or stage is
+refused. Stage 3 is refused. All ranks must see the same ``out_dir`` (a shared file system across nodes).
+
+**Atomic writes.** Every rank writes into ``checkpoints/.tmp-step_000100``; after a barrier rank 0 hashes the
+files, writes the manifest, fsyncs and renames the directory to ``step_000100`` (then updates ``latest`` via
+rename, and moves pruned checkpoints aside before deleting them). A checkpoint directory with a manifest is
+therefore complete; a kill at any point leaves the previous checkpoint intact and resumable, and leftover
+``.tmp-*``/``.trash-*`` directories are ignored and cleaned up by the next save.
+
+**Resume** (:func:`load`) picks the newest ``step_*`` with a manifest, refuses (``ForesightError``, naming the
+keys) when the settings differ from this run's, verifies every file's size and sha256, then restores weights,
+optimizer, scheduler, counters and RNG. Data order is a pure function of (seed, step) (see
+:class:`training.loop.StepSampler`), so a resumed run equals an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import random
 import shutil
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 import torch
 
+from foresight.errors import ForesightError
+
 CHECKPOINTS = "checkpoints"
+MANIFEST = "checkpoint.json"
+FORMAT = "foresight-checkpoint/1"
+_META = "foresight"  # safetensors header key holding the JSON structure
 
 
 def tag_for(step: int) -> str:
@@ -31,59 +64,350 @@ def checkpoint_root(out_dir: str | Path) -> Path:
     return Path(out_dir) / CHECKPOINTS
 
 
-def rng_state() -> dict:
-    return {
-        "torch": torch.get_rng_state(),
-        "python": random.getstate(),
-        "numpy": np.random.get_state(),
-    }
+def _rank_file(rank: int) -> str:
+    return f"rank-{rank:05d}.safetensors"
 
 
-def set_rng_state(state: dict | None) -> None:
-    if not state:
-        return
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+# ----------------------------------------------------------------------------------------------------------------
+# Finding checkpoints, comparing settings
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _complete(root: Path) -> list[tuple[int, Path]]:
+    out = []
+    for p in root.glob("step_*") if root.is_dir() else []:
+        try:
+            step = int(p.name.split("_")[-1])
+        except ValueError:
+            continue
+        if (p / MANIFEST).is_file():
+            out.append((step, p))
+    return sorted(out)
 
 
 def latest_step(out_dir: str | Path) -> int | None:
     """Step of the newest complete checkpoint under ``out_dir`` (None when there is none)."""
-    latest = checkpoint_root(out_dir) / "latest"
-    if not latest.is_file():
-        return None
-    tag = latest.read_text().strip()
+    found = _complete(checkpoint_root(out_dir))
+    return found[-1][0] if found else None
+
+
+def find_latest(out_dir: str | Path) -> tuple[Path, dict]:
+    """The newest complete checkpoint directory and its manifest; ``ForesightError`` when there is none."""
+    root = checkpoint_root(out_dir)
+    found = _complete(root)
+    if not found:
+        if any((p / "mp_rank_00_model_states.pt").exists() for p in root.glob("step_*")):
+            raise ForesightError(f"--resume: the checkpoints under {root} are in DeepSpeed's pickle format, which "
+                                 "is never loaded (unpickling can run code); start again in a fresh out_dir")
+        raise ForesightError(f"--resume: no checkpoint under {root}")
+    path = found[-1][1]
+    return path, _read_json(path / MANIFEST)
+
+
+def _read_json(path: Path) -> dict:
     try:
-        return int(tag.split("_")[-1])
-    except ValueError:
-        return None
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ForesightError(f"--resume: {path} is not a readable checkpoint manifest ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("settings"), dict):
+        raise ForesightError(f"--resume: {path} is not a {FORMAT} manifest")
+    return data
 
 
-def save(engine, out_dir: str | Path, step: int, client_state: dict, is_main: bool, keep_last: int = 0) -> Path:
-    """Write checkpoint ``step`` (collective: every rank must call it)."""
+def plain(settings: dict) -> dict:
+    """``settings`` as they read back from JSON (tuples become lists), so saved and current values compare."""
+    return json.loads(json.dumps(settings, sort_keys=True, default=str))
+
+
+def _show(v: Any) -> str:
+    s = json.dumps(v, default=str) if not isinstance(v, str) else v
+    return s if len(s) <= 60 else s[:57] + "..."
+
+
+def check_settings(saved: dict, now: dict, where: Path, complete: bool = True) -> None:
+    """Refuse to resume when a setting that defines the training differs; name every differing key.
+
+    With ``complete=False`` only the keys of ``now`` are compared (an early check before the data is loaded).
+    """
+    now = plain(now)
+    keys = set(now) | (set(saved) if complete else set())
+    missing = object()
+    diff = sorted(k for k in keys if saved.get(k, missing) != now.get(k, missing))
+    if not diff:
+        return
+    was = ", ".join(f"{k}={_show(saved.get(k, '(unset)'))}" for k in diff)
+    asks = ", ".join(f"{k}={_show(now.get(k, '(unset)'))}" for k in diff)
+    raise ForesightError(f"--resume: the checkpoint {where} was trained with {was}, this run asks {asks}; "
+                         f"differing: {', '.join(diff)} (resume with the original settings or use another out_dir)")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Content digests (identity of traces, labels, scorers)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def digest(parts: Iterable[Any]) -> str:
+    """sha256 (first 16 hex digits) over strings, bytes, int lists and tensors, in order."""
+    h = hashlib.sha256()
+    for p in parts:
+        if isinstance(p, torch.Tensor):
+            t = p.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
+        elif isinstance(p, (bytes, bytearray)):
+            h.update(p)
+        elif isinstance(p, (list, tuple)):
+            h.update(np.asarray(p, dtype=np.int64).tobytes())
+        else:
+            h.update(str(p).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:16]
+
+
+def digest_rows(rows: list[dict]) -> str:
+    """Identity of trace rows: their ids and token ids, in order."""
+    return digest(x for r in rows for x in (r["trace_id"], list(map(int, r["input_ids"]))))
+
+
+def digest_files(paths: Iterable[str | Path]) -> str:
+    """Identity of files by content (e.g. a scorer directory's config.json + model.safetensors)."""
+    return digest(x for p in paths for x in (Path(p).name, Path(p).read_bytes()))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# State <-> tensors + JSON
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def flatten_state(sd: dict, prefix: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """A torch optimizer ``state_dict`` as named tensors plus a JSON-able structure (tensor leaves by name)."""
+    tensors: dict[str, torch.Tensor] = {}
+
+    def enc(v, name):
+        if isinstance(v, torch.Tensor):
+            tensors[name] = v.detach().cpu().clone().contiguous()
+            return {"tensor": name}
+        if isinstance(v, tuple):
+            return {"tuple": [enc(x, f"{name}.{i}") for i, x in enumerate(v)]}
+        if isinstance(v, list):
+            return {"list": [enc(x, f"{name}.{i}") for i, x in enumerate(v)]}
+        if isinstance(v, dict):
+            return {"dict": [[k, enc(x, f"{name}.{k}")] for k, x in v.items()]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return {"value": v}
+        raise TypeError(f"cannot store {type(v).__name__} at {name} in a checkpoint")
+
+    return tensors, enc(sd, prefix)
+
+
+def unflatten_state(structure: dict, tensors: dict[str, torch.Tensor]):
+    """Inverse of :func:`flatten_state`."""
+    if "tensor" in structure:
+        return tensors[structure["tensor"]]
+    if "tuple" in structure:
+        return tuple(unflatten_state(x, tensors) for x in structure["tuple"])
+    if "list" in structure:
+        return [unflatten_state(x, tensors) for x in structure["list"]]
+    if "dict" in structure:
+        return {k: unflatten_state(x, tensors) for k, x in structure["dict"]}
+    return structure["value"]
+
+
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    tensors = {"rng.torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"rng.cuda.{i}"] = s
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    tensors["rng.numpy"] = torch.from_numpy(keys.astype(np.int64))
+    version, pystate, pygauss = random.getstate()
+    return tensors, {"numpy": [name, int(pos), int(has_gauss), float(gauss)],
+                     "python": [version, list(pystate), pygauss]}
+
+
+def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    torch.set_rng_state(tensors["rng.torch"])
+    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
+    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(cuda)
+    name, pos, has_gauss, gauss = meta["numpy"]
+    np.random.set_state((name, tensors["rng.numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
+    version, pystate, pygauss = meta["python"]
+    random.setstate((version, tuple(pystate), pygauss))
+
+
+def _zero_stage(engine) -> int:
+    stage = int(engine.zero_optimization_stage()) if hasattr(engine, "zero_optimization_stage") else 0
+    if stage not in (0, 1, 2):
+        raise ForesightError(f"checkpoints support ZeRO stages 0, 1 and 2, the DeepSpeed config asks stage {stage}")
+    return stage
+
+
+def _save_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata={_META: json.dumps(meta)})
+
+
+def _load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], Any]:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = json.loads((f.metadata() or {}).get(_META, "null"))
+            return {k: f.get_tensor(k) for k in f.keys()}, meta
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise ForesightError(f"--resume: {path} is not a readable safetensors checkpoint file ({exc})") from None
+
+
+def _engine_counters(engine) -> dict:
+    return {k: int(getattr(engine, k)) for k in ("global_steps", "global_samples", "skipped_steps", "micro_steps")
+            if isinstance(getattr(engine, k, None), int)}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Save / load
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    _fsync(tmp)
+    tmp.replace(path)
+
+
+def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict, is_main: bool,
+         keep_last: int = 0) -> Path:
+    """Write checkpoint ``step`` atomically (collective: every rank must call it)."""
+    from training.distributed import barrier
+
+    stage = _zero_stage(engine)
+    rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
     root = checkpoint_root(out_dir)
     tag = tag_for(step)
-    engine.save_checkpoint(str(root), tag=tag, client_state={**client_state, "rng": rng_state()})
+    tmp = root / f".tmp-{tag}"
+    if is_main:
+        for stale in [*root.glob(".tmp-*"), *root.glob(".trash-*")]:
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier()
+    tensors, meta = _rng_state()
+    if stage > 0:
+        zero = engine.optimizer
+        opt_tensors, meta["optimizer"] = flatten_state(zero.optimizer.state_dict(), "opt")
+        tensors.update(opt_tensors)
+        for i, part in enumerate(zero.single_partition_of_fp32_groups):
+            tensors[f"fp32.{i}"] = part.detach().cpu().clone()
+        meta["fp32_groups"] = len(zero.single_partition_of_fp32_groups)
+    _save_tensors(tmp / _rank_file(rank), tensors, meta)
+    barrier()
     if is_main:
         module = engine.module
+        state = {k: v.detach().cpu().clone().contiguous() for k, v in module.state_dict().items()}
+        _save_tensors(tmp / "model.safetensors", state, None)
+        if stage == 0:
+            _save_tensors(tmp / "optimizer.safetensors", *flatten_state(engine.optimizer.state_dict(), "opt"))
         if hasattr(module, "save_pretrained"):
-            module.save_pretrained(root / tag / "scorer")
+            module.save_pretrained(tmp / "scorer")
+        files = {}
+        for p in _files(tmp):
+            _fsync(p)
+            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+        scheduler = None
+        if engine.lr_scheduler is not None:
+            sched_tensors, scheduler = flatten_state(engine.lr_scheduler.state_dict(), "sched")
+            if sched_tensors:
+                raise TypeError("LR-scheduler state with tensors is not supported")
+        manifest = {"format": FORMAT, "step": int(step), **{k: int(v) for k, v in counters.items()},
+                    "zero_stage": stage, "scheduler": scheduler,
+                    "engine": _engine_counters(engine), "settings": plain(settings), "files": files}
+        _write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
+        final = root / tag
+        if final.exists():  # a checkpoint of the same step from an earlier, abandoned run
+            final.rename(root / f".trash-{tag}")
+        tmp.rename(final)
+        _fsync(root)
+        _write_text_atomic(root / "latest", tag)
         if keep_last > 0:
-            old = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name != tag)
+            old = [p for _, p in _complete(root) if p.name != tag]
             for p in old[: max(0, len(old) - (keep_last - 1))]:
-                shutil.rmtree(p, ignore_errors=True)
+                trash = root / f".trash-{p.name}"
+                p.rename(trash)  # atomic: a half-deleted checkpoint never looks complete
+                shutil.rmtree(trash, ignore_errors=True)
+        shutil.rmtree(root / f".trash-{tag}", ignore_errors=True)
+    barrier()
     return root / tag
 
 
-def load(engine, out_dir: str | Path) -> dict | None:
-    """Restore the newest checkpoint into ``engine`` (weights, optimizer, scheduler); return its client state."""
-    root = checkpoint_root(out_dir)
-    if latest_step(out_dir) is None:
-        return None
-    path, client = engine.load_checkpoint(
-        str(root), load_optimizer_states=True, load_lr_scheduler_states=True
-    )
-    if path is None:
-        return None
-    set_rng_state((client or {}).get("rng"))
-    return client or {}
+def verify_files(path: Path, manifest: dict) -> None:
+    """Every file the manifest lists has its recorded size and sha256 (else ``ForesightError`` naming it)."""
+    files = manifest.get("files")
+    if not isinstance(files, dict):
+        raise ForesightError(f"--resume: {path / MANIFEST} lists no files")
+    for name, info in sorted(files.items()):
+        f = path / name
+        ok = isinstance(info, dict) and f.is_file() and f.stat().st_size == info.get("bytes")
+        if not ok or _sha256(f) != info.get("sha256"):
+            raise ForesightError(f"--resume: checkpoint file {f} is missing or damaged (size/sha256 differ from "
+                                 f"{path / MANIFEST}); delete {path} to resume from the previous checkpoint")
+
+
+def load(engine, out_dir: str | Path, settings: dict) -> dict:
+    """Restore the newest checkpoint into ``engine`` (weights, optimizer, scheduler, counters, this rank's RNG).
+
+    Raises ``ForesightError`` when there is none, when its settings differ from ``settings`` or when a file
+    is damaged. Returns the manifest (``step``, ``skipped``, ...).
+    """
+    path, manifest = find_latest(out_dir)
+    check_settings(manifest["settings"], settings, path)
+    stage = _zero_stage(engine)
+    verify_files(path, manifest)
+    rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
+    for need in ["model.safetensors", _rank_file(rank)] + (["optimizer.safetensors"] if stage == 0 else []):
+        if need not in manifest["files"]:
+            raise ForesightError(f"--resume: {path / MANIFEST} lists no {need}")
+    weights, _ = _load_tensors(path / "model.safetensors")
+    try:
+        engine.module.load_state_dict(weights, strict=True)
+    except RuntimeError as exc:
+        raise ForesightError(f"--resume: {path / 'model.safetensors'} does not fit this scorer ({exc})") from None
+    rank_tensors, rank_meta = _load_tensors(path / _rank_file(rank))
+    try:
+        if stage == 0:
+            opt_tensors, opt_meta = _load_tensors(path / "optimizer.safetensors")
+            engine.optimizer.load_state_dict(unflatten_state(opt_meta, opt_tensors))
+        else:
+            zero = engine.optimizer
+            zero.optimizer.load_state_dict(unflatten_state(rank_meta["optimizer"], rank_tensors))
+            for i, part in enumerate(zero.single_partition_of_fp32_groups):
+                part.data.copy_(rank_tensors[f"fp32.{i}"])
+        if manifest.get("scheduler") is not None and engine.lr_scheduler is not None:
+            engine.lr_scheduler.load_state_dict(unflatten_state(manifest["scheduler"], {}))
+        _set_rng_state(rank_tensors, rank_meta)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise ForesightError(f"--resume: the checkpoint {path} does not fit this run ({type(exc).__name__}: "
+                             f"{exc})") from None
+    for k, v in manifest.get("engine", {}).items():
+        setattr(engine, k, int(v))
+    return manifest

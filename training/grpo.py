@@ -55,6 +55,9 @@ from training.registry import register_trainer
 class GRPOConfig(TrainerConfig):
     """Keys of ``configs/grpo.yaml`` (documented there); validated on construction."""
 
+    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see GRPOTask
+        "traces", "init_scorer", "ref_scorer", "eval_before", "eval_traces", "eval_group_size", "eval_seed"}
+
     out_dir: str = "runs/grpo"
     steps: int = 250
     lr: float = 3e-4
@@ -409,6 +412,18 @@ class GRPOTask:
     # -- loop.Task ------------------------------------------------------------------------------------------------
     def num_items(self) -> int:
         return len(self.train_rows)
+
+    def resume_identity(self) -> dict:
+        """Content digests of the split's traces and of the initial and reference scorers."""
+        from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME
+        from training.checkpoint import digest_files, digest_rows
+
+        def scorer(d):
+            return digest_files([Path(d) / CONFIG_NAME, Path(d) / WEIGHTS_NAME])
+
+        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}",
+                "init_scorer": scorer(self.cfg.init_scorer),
+                "ref_scorer": scorer(self.cfg.ref_scorer or self.cfg.init_scorer)}
 
     def loss(self, model, items: list[int], step: int):
         cfg = self.cfg

@@ -45,6 +45,32 @@ class MetricsLogger:
         if report_to == "wandb":
             self._wandb = _start_wandb(project, run_name, run_config or {}, self.path.parent)
 
+    def truncate(self, step: int, redo_eval_at: int | None = None) -> int:
+        """On resume from checkpoint ``step``: drop the records a killed run logged after it, so no step repeats.
+
+        Records with ``step <= step`` are kept, except ``eval`` records at ``redo_eval_at`` (the final
+        evaluation, which the resumed run does again). A torn last line (killed mid-write) is dropped too. The
+        file is replaced atomically. Returns the number of records dropped.
+        """
+        if not self.enabled or not self.path.is_file():
+            return 0
+        keep, dropped = [], 0
+        for line in self.path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+                ok = isinstance(rec, dict) and int(rec["step"]) <= step
+                ok = ok and not (rec.get("kind") == "eval" and int(rec["step"]) == redo_eval_at)
+            except (ValueError, KeyError, TypeError):
+                ok = False
+            if ok:
+                keep.append(line)
+            elif line.strip():
+                dropped += 1
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        tmp.replace(self.path)
+        return dropped
+
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
         if not self.enabled:
             return

@@ -9,7 +9,9 @@ owns everything else, once:
   schedule does not advance) and counted in ``skipped``; weights never become NaN;
 * deterministic data order: :class:`StepSampler` derives each step's batch from (seed, step) alone, so a resumed
   run sees exactly the batches of an uninterrupted one;
-* checkpoints every ``checkpoint_every`` steps and ``resume`` (:mod:`training.checkpoint`);
+* checkpoints every ``checkpoint_every`` steps and ``resume`` (:mod:`training.checkpoint`: safetensors + JSON,
+  atomic, never unpickled); a resume refuses when a setting that defines the training differs
+  (:func:`resume_settings`) and cuts ``metrics.jsonl`` back to the checkpoint's step;
 * metrics to a local JSONL and optionally wandb (:mod:`training.logging`).
 """
 
@@ -20,7 +22,7 @@ import math
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import torch
 from tqdm.auto import tqdm
@@ -33,6 +35,12 @@ from training.logging import REPORTERS, MetricsLogger
 @dataclass
 class TrainerConfig:
     """Optimisation, checkpointing and logging keys common to every trainer (see ``configs/sl.yaml``)."""
+
+    #: Keys that do not define the training result, so ``--resume`` may change them (every other key must match
+    #: the checkpoint's; path keys whose *content* matters are replaced by the task's ``resume_identity()``).
+    RUN_CONTROL: ClassVar[frozenset] = frozenset({
+        "out_dir", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every", "deepspeed", "report_to",
+        "wandb_project", "run_name", "device", "max_steps_per_run"})
 
     out_dir: str = "runs/train"
     steps: int = 200
@@ -94,6 +102,22 @@ def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+def zero_stage(ds_config: dict) -> int:
+    return int((ds_config.get("zero_optimization") or {}).get("stage", 0))
+
+
+def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=None) -> dict:
+    """What defines a training run and must match on ``--resume``: the config minus ``RUN_CONTROL`` keys, the
+    world size, the DeepSpeed config (stage by itself, the rest as a digest) and, given ``task``, its
+    ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
+    out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
+    out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
+               deepspeed=ckpt.digest([json.dumps(ds_config, sort_keys=True)]))
+    if task is not None and hasattr(task, "resume_identity"):
+        out.update(task.resume_identity())
+    return out
 
 
 class StepSampler:
@@ -160,13 +184,15 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
     logger = logger or MetricsLogger(out_dir, enabled=dist.is_main)
     sampler = StepSampler(task.num_items(), cfg.micro_batch, dist.world_size, cfg.seed)
 
+    settings = resume_settings(cfg, dist.world_size, ds_config, task) if resume or cfg.checkpoint_every else {}
     start, skipped = 0, 0
     if resume:
-        client = ckpt.load(engine, out_dir)
-        if client is not None:
-            start, skipped = int(client["step"]), int(client.get("skipped", 0))
-            if dist.is_main:
-                print(f"[foresight] resumed from step {start} ({out_dir / ckpt.CHECKPOINTS})")
+        manifest = ckpt.load(engine, out_dir, settings)
+        start, skipped = int(manifest["step"]), int(manifest.get("skipped", 0))
+        dropped = logger.truncate(start, redo_eval_at=cfg.steps)
+        if dist.is_main:
+            note = f"; dropped {dropped} metrics.jsonl records logged after it" if dropped else ""
+            print(f"[foresight] resumed from step {start} ({out_dir / ckpt.CHECKPOINTS}){note}")
     last_metrics: dict = {}
     window: list[float] = []
     t0 = time.time()
@@ -211,7 +237,7 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
                 bar.write(f"[foresight] step {done}/{cfg.steps} loss {last_metrics['loss']:.4f} "
                           f"lr {last_metrics['lr']:.2e} skipped {skipped}")
         if cfg.checkpoint_every and done % cfg.checkpoint_every == 0:
-            ckpt.save(engine, out_dir, done, {"step": done, "skipped": skipped}, dist.is_main, cfg.keep_checkpoints)
+            ckpt.save(engine, out_dir, done, {"skipped": skipped}, settings, dist.is_main, cfg.keep_checkpoints)
         if cfg.eval_every and done % cfg.eval_every == 0 and done != cfg.steps:
             engine.eval()
             ev = task.evaluate(done, final=False)
@@ -257,6 +283,13 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
     from training.distributed import init_distributed
 
     dist = init_distributed(cfg.device)
+    if resume:  # fail fast, before the (possibly long) data preparation: no checkpoint, or other settings
+        path, manifest = ckpt.find_latest(cfg.out_dir)
+        ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
+                                   world_size=dist.world_size)
+        ckpt.check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config), path,
+                            complete=False)
+        ckpt.verify_files(path, manifest)
     torch.manual_seed(cfg.seed)
     task = make_task(dist)
     out = Path(cfg.out_dir)

@@ -29,7 +29,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
@@ -51,6 +51,10 @@ NORMALIZER_EVENTS = 64
 @dataclass
 class SLConfig(TrainerConfig):
     """Keys of ``configs/sl.yaml`` (documented there); validated on construction."""
+
+    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # traces/labels: by content, see SLTask
+        "traces", "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
+        "fidelity_policies", "fidelity_max_traces"}
 
     out_dir: str = "runs/sl"
     model: str = "smollm2-135m"
@@ -399,6 +403,15 @@ class SLTask:
     # -- loop.Task ------------------------------------------------------------------------------------------------
     def num_items(self) -> int:
         return int(self.train["features"].shape[0])
+
+    def resume_identity(self) -> dict:
+        """Content digests of the split's traces and of their labels (a resume must use the same data)."""
+        from training.checkpoint import digest, digest_rows
+
+        ids = [r["trace_id"] for r in self.train_rows + self.val_rows]
+        labels = digest(x for t in ids for ev in self.labels[t].events
+                        for x in (t, ev.end, ev.candidates, ev.alpha, ev.evicted))
+        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}", "labels": labels}
 
     def loss(self, model, items: list[int], step: int):
         idx = torch.tensor(items)

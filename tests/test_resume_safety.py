@@ -1,0 +1,349 @@
+"""`--resume` is safe: nothing is unpickled, other settings are refused by name, a kill at any point of a
+checkpoint write leaves a resumable state, and metrics.jsonl never repeats steps (training/checkpoint.py)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from foresight.errors import ForesightError
+from tests.test_sl import B, REPO, W, _cfg, _make_data
+from training import checkpoint as ckpt
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    return _make_data(tmp_path_factory.mktemp("resume_data"))
+
+
+@pytest.fixture(scope="module")
+def stopped(tiny_data, tmp_path_factory):
+    """A run stopped after 4 of 8 steps with its checkpoint at step 4 (copied per test by `_copy`)."""
+    from training.sl import run_sl
+
+    out = tmp_path_factory.mktemp("stopped") / "run"
+    part = run_sl(_cfg(tiny_data, out, checkpoint_every=4, max_steps_per_run=4))
+    assert not part["finished"]
+    return out
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _cli(tiny_data, out: Path, *extra: str) -> list[str]:
+    traces, labels = tiny_data
+    return ["train", "sl", "--config", str(REPO / "configs" / "sl.yaml"), "model=tiny-llama", f"traces={traces}",
+            f"labels={labels}", f"budget={B}", f"interval={W}", "heldout=2", "steps=8", "micro_batch=2",
+            "warmup_steps=2", "checkpoint_every=4", "log_every=1", "eval_every=0", "eval_fidelity=false",
+            f"out_dir={out}", f"feature_cache={out.parent / 'features'}", "device=cpu",
+            f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero0.json'}", *extra]
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+class _Payload:
+    """Unpickling this runs a shell command that creates ``marker``."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Never unpickle
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_payload_really_executes_when_unpickled(tmp_path):
+    """Guards the tests below: the planted file is a live exploit (unpickled here on purpose, once)."""
+    marker = tmp_path / "pwned"
+    pickle.Unpickler(io.BytesIO(pickle.dumps(_Payload(marker)))).load()
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("victim", ["model.safetensors", "optimizer.safetensors", "rank-00000.safetensors",
+                                    "checkpoint.json", "scorer/model.safetensors"])
+def test_malicious_pickle_in_a_checkpoint_is_refused(stopped, tiny_data, tmp_path, capsys, victim):
+    from foresight.cli import main
+
+    out = _copy(stopped, tmp_path / "run")
+    marker = tmp_path / "pwned"
+    path = out / "checkpoints" / "step_000004" / victim
+    path.write_bytes(pickle.dumps(_Payload(marker)))  # torch.save writes the same kind of pickle
+    assert main(_cli(tiny_data, out, "--resume")) == 2
+    err = _one_line_error(capsys)
+    assert "--resume" in err and ("step_000004" in err), err
+    assert not marker.exists()
+
+
+def test_deepspeed_pickle_checkpoints_are_never_loaded(tiny_data, tmp_path, capsys):
+    from foresight.cli import main
+
+    out = tmp_path / "run"
+    marker = tmp_path / "pwned"
+    old = out / "checkpoints" / "step_000004"
+    old.mkdir(parents=True)
+    torch.save({"module": _Payload(marker)}, old / "mp_rank_00_model_states.pt")
+    (out / "checkpoints" / "latest").write_text("step_000004")
+    assert main(_cli(tiny_data, out, "--resume")) == 2
+    assert "pickle format" in _one_line_error(capsys)
+    assert not marker.exists()
+
+
+_FORBIDDEN = [re.compile(p) for p in (
+    r"weights_only\s*=\s*" + "False", r"\bpickle\s*\.\s*" + r"loads?\(", r"\btorch\s*\.\s*" + r"load\(",
+    r"allow_pickle\s*=\s*" + "True", r"read_" + r"pickle\(", r"\bjoblib\s*\.\s*" + "load", r"\bdill\b",
+    r"\bcloudpickle\b", r"\bmarshal\s*\.\s*" + "loads?")]
+
+
+def test_no_unpickling_in_project_sources():
+    """No project source may unpickle (outside the virtual environment and other dot-directories)."""
+    hits = []
+    for path in sorted(REPO.rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if any(part.startswith(".") or part in ("build", "dist", "node_modules") for part in rel.parts):
+            continue
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if any(p.search(line) for p in _FORBIDDEN):
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "unpickling in project sources:\n" + "\n".join(hits)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusals: no checkpoint, other settings, damaged files
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_resume_without_checkpoint_is_a_one_line_error(tiny_data, tmp_path, capsys):
+    from foresight.cli import main
+
+    out = tmp_path / "empty"
+    assert main(_cli(tiny_data, out, "--resume")) == 2
+    err = _one_line_error(capsys)
+    assert f"--resume: no checkpoint under {out / 'checkpoints'}" in err
+    assert not (out / "features").exists()  # refused before any data preparation
+
+
+@pytest.mark.parametrize("change, key, was, now", [
+    ("hidden=8", "hidden", "16", "8"),
+    ("lr=0.5", "lr", "0.01", "0.5"),
+    ("feature_set=[key,value]", "feature_set", '["key", "value", "attn"]', '["key", "value"]'),
+    ("steps=12", "steps", "8", "12"),
+    ("seed=3", "seed", "0", "3"),
+])
+def test_resume_with_other_settings_names_the_keys(stopped, tiny_data, tmp_path, capsys, change, key, was, now):
+    from foresight.cli import main
+
+    out = _copy(stopped, tmp_path / "run")
+    assert main(_cli(tiny_data, out, change, "--resume")) == 2
+    err = _one_line_error(capsys)
+    assert f"was trained with {key}={was}, this run asks {key}={now}; differing: {key}" in err, err
+
+
+def test_resume_may_change_run_control_keys(stopped, tiny_data, tmp_path):
+    from training.sl import run_sl
+
+    out = _copy(stopped, tmp_path / "run")
+    res = run_sl(_cfg(tiny_data, out, checkpoint_every=2, log_every=2, keep_checkpoints=1, max_steps_per_run=2),
+                 resume=True)
+    assert res["start"] == 4 and res["steps"] == 6
+
+
+def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_path):
+    """Same trace ids, same path-independent settings, different label values: refused as `labels`."""
+    from golden.labels import load_labels, save_labels
+    from training.sl import run_sl
+
+    labels = load_labels(tiny_data[1])
+    first = next(iter(labels.values()))
+    first.events[0].alpha = first.events[0].alpha.flip(-1).contiguous()
+    save_labels(tmp_path / "other.safetensors", list(labels.values()))
+    out = _copy(stopped, tmp_path / "run")
+    cfg = _cfg((tiny_data[0], tmp_path / "other.safetensors"), out, checkpoint_every=4,
+               feature_cache=str(tmp_path / "features_other"))  # the feature cache also holds the targets
+    with pytest.raises(ForesightError, match=r"differing: labels \("):
+        run_sl(cfg, resume=True)
+    # a moved copy of the same labels is fine: identity is by content, not by path
+    save_labels(tmp_path / "same.safetensors", list(load_labels(tiny_data[1]).values()))
+    cfg = _cfg((tiny_data[0], tmp_path / "same.safetensors"), out, checkpoint_every=4)
+    assert run_sl(cfg, resume=True)["finished"]
+
+
+def test_damaged_checkpoint_file_is_named(stopped, tiny_data, tmp_path):
+    from training.sl import run_sl
+
+    out = _copy(stopped, tmp_path / "run")
+    victim = out / "checkpoints" / "step_000004" / "optimizer.safetensors"
+    victim.write_bytes(victim.read_bytes()[:-5])
+    with pytest.raises(ForesightError, match=re.escape(str(victim)) + ".*damaged"):
+        run_sl(_cfg(tiny_data, out, checkpoint_every=4), resume=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kills: metrics.jsonl, a kill during the final checkpoint write
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_metrics_do_not_repeat_steps_after_a_kill(tiny_data, tmp_path, monkeypatch):
+    from training.logging import read_metrics
+    from training.sl import SLTask, run_sl
+
+    run_sl(_cfg(tiny_data, tmp_path / "full"))
+    full = read_metrics(tmp_path / "full" / "metrics.jsonl")
+    orig = SLTask.loss
+
+    def dies_at_6(self, model, items, step):
+        if step == 5:  # steps 1..5 are logged, the newest checkpoint is step 4
+            raise KeyboardInterrupt
+        return orig(self, model, items, step)
+
+    monkeypatch.setattr(SLTask, "loss", dies_at_6)
+    with pytest.raises(KeyboardInterrupt):
+        run_sl(_cfg(tiny_data, tmp_path / "part", checkpoint_every=4))
+    with (tmp_path / "part" / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 6, "kind": "tr')  # and the kill tore a line
+    monkeypatch.setattr(SLTask, "loss", orig)
+    run_sl(_cfg(tiny_data, tmp_path / "part", checkpoint_every=4), resume=True)
+    recs = read_metrics(tmp_path / "part" / "metrics.jsonl")
+    train = [r for r in recs if r["kind"] == "train"]
+    assert [r["step"] for r in train] == list(range(1, 9))
+    assert [r["loss"] for r in train] == [r["loss"] for r in full if r["kind"] == "train"]
+    assert [r["step"] for r in recs if r["kind"] == "eval"] == [8]
+
+
+@pytest.mark.parametrize("dies_at", ["manifest", "latest"])
+def test_kill_during_the_final_checkpoint_write_resumes_to_the_same_weights(tiny_data, tmp_path, dies_at):
+    """A real process death (os._exit) while writing the step-8 checkpoint: before its manifest (the step-4
+    checkpoint is used) or after its rename but before `latest` (the complete step-8 one is used)."""
+    from training.sl import run_sl
+
+    full = run_sl(_cfg(tiny_data, tmp_path / "full"))
+    assert full["finished"]
+    out = tmp_path / "run"
+    target = ckpt.MANIFEST if dies_at == "manifest" else "latest"
+    script = (
+        "import os, sys\n"
+        "from training import checkpoint as ckpt\n"
+        "orig = ckpt._write_text_atomic\n"
+        "def dying(path, text):\n"
+        f"    if path.name == {target!r} and 'step_000008' in (str(path) + text):\n"
+        "        os._exit(9)\n"
+        "    orig(path, text)\n"
+        "ckpt._write_text_atomic = dying\n"
+        "from foresight.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # set by this process's own runs
+    env = {**{k: v for k, v in os.environ.items() if k not in launcher}, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", script, *_cli(tiny_data, out)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 9, proc.stderr[-3000:]
+    assert not (out / "scorer").exists()
+    start = 4 if dies_at == "manifest" else 8
+    assert ckpt.latest_step(out) == start
+    resumed = run_sl(_cfg(tiny_data, out, checkpoint_every=4), resume=True)
+    assert resumed["finished"] and resumed["start"] == start
+    a, b = _weights(tmp_path / "full" / "scorer"), _weights(out / "scorer")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
+    assert not list((out / "checkpoints").glob(".tmp-*"))  # the next save cleaned the leftovers
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Units: state flattening and RNG round trips
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_optimizer_state_round_trips_through_tensors_and_json():
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+
+    m = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(m.parameters(), lr=0.1, betas=(0.8, 0.95))
+    m(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    tensors, structure = ckpt.flatten_state(opt.state_dict(), "opt")
+    tensors = st_load(st_save(tensors))
+    structure = json.loads(json.dumps(structure))
+    m2 = torch.nn.Linear(3, 2)
+    opt2 = torch.optim.Adam(m2.parameters(), lr=0.5)
+    opt2.load_state_dict(ckpt.unflatten_state(structure, tensors))
+    a, b = opt.state_dict(), opt2.state_dict()
+    assert a["param_groups"] == b["param_groups"] and b["param_groups"][0]["betas"] == (0.8, 0.95)
+    for pid in a["state"]:
+        for k, v in a["state"][pid].items():
+            assert torch.equal(v, b["state"][pid][k])
+
+
+def test_rng_state_round_trips():
+    tensors, meta = ckpt._rng_state()
+    meta = json.loads(json.dumps(meta))
+    want = (torch.rand(3), np.random.rand(3), random.random())
+    ckpt._set_rng_state(tensors, meta)
+    got = (torch.rand(3), np.random.rand(3), random.random())
+    assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
+
+
+def test_settings_check_names_every_differing_key(tmp_path):
+    saved = {"budget": 64, "interval": 16, "labels": "abc"}
+    ckpt.check_settings(saved, {"budget": 64}, tmp_path, complete=False)
+    with pytest.raises(ForesightError) as exc:
+        ckpt.check_settings(saved, {"budget": 128, "interval": 16, "labels": "abd"}, tmp_path)
+    assert "trained with budget=64, labels=abc, this run asks budget=128, labels=abd; differing: budget, labels" \
+        in str(exc.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Two ranks, ZeRO stage 2 (partitioned optimizer state, saved per rank)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_rank_zero2_resume_equals_uninterrupted(tiny_data, tmp_path):
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+
+    def launch(out: Path, *extra: str):
+        args = [a for a in _cli(tiny_data, out, *extra) if not a.startswith("deepspeed=")]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29757",
+               "-m", "foresight", *args, f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero2.json'}"]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    launch(tmp_path / "full")
+    launch(tmp_path / "part", "max_steps_per_run=4")
+    files = sorted(p.name for p in (tmp_path / "part" / "checkpoints" / "step_000004").iterdir())
+    assert files == ["checkpoint.json", "model.safetensors", "rank-00000.safetensors", "rank-00001.safetensors",
+                     "scorer"]
+    assert "resumed from step 4" in launch(tmp_path / "part", "--resume").stdout
+    a, b = _weights(tmp_path / "full" / "scorer"), _weights(tmp_path / "part" / "scorer")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
