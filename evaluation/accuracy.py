@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from foresight.config import nonnegative_float, nonnegative_int, positive_int, unit_float
 from foresight.errors import ForesightError
 from foresight.runtime import eos_token_ids
 
@@ -39,16 +40,16 @@ def add_accuracy_args(p) -> None:
     p.add_argument("--policy-arg", action="append", default=[], metavar="KEY=VALUE",
                    help="policy hyperparameter (repeatable)")
     p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
-    p.add_argument("--budget", type=int, default=None, help="B (required unless --policy full)")
-    p.add_argument("--interval", type=int, default=None, help="W (default B/4)")
-    p.add_argument("--sinks", type=int, default=0)
-    p.add_argument("--samples", type=int, default=1, help="samples per problem (pass@1 = mean over them)")
-    p.add_argument("--temperature", type=float, default=0.6, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=20)
-    p.add_argument("--max-new-tokens", type=int, default=32768)
-    p.add_argument("--batch-size", type=int, default=8, help="samples generated together")
-    p.add_argument("--limit", type=int, default=None, help="first N problems only")
+    p.add_argument("--budget", type=positive_int, default=None, help="B (required unless --policy full)")
+    p.add_argument("--interval", type=positive_int, default=None, help="W (default B/4)")
+    p.add_argument("--sinks", type=nonnegative_int, default=0)
+    p.add_argument("--samples", type=positive_int, default=1, help="samples per problem (pass@1 = mean over them)")
+    p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 = greedy")
+    p.add_argument("--top-p", type=unit_float, default=0.95)
+    p.add_argument("--top-k", type=nonnegative_int, default=20)
+    p.add_argument("--max-new-tokens", type=positive_int, default=32768)
+    p.add_argument("--batch-size", type=positive_int, default=8, help="samples generated together")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N problems only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--template", default=None, help="prompt template (text or file) with {problem}")
     p.add_argument("--out", required=True, help="output directory")

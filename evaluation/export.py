@@ -21,6 +21,7 @@ from foresight.errors import ForesightError
 
 ONNX_NAME = "scorer.onnx"
 
+from foresight.config import read_json
 
 def resolve_scorer_dir(path: str | Path) -> Path:
     """A scorer directory from ``path``: the directory itself, its ``scorer/`` (training output) or the
@@ -52,7 +53,11 @@ def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = Non
             p = p / "fidelity.json"
         if not p.is_file():
             raise ForesightError(f"fidelity results not found: {p}")
-        return json.loads(p.read_text()), str(p)
+        records = read_json(p, "--fidelity results", expect=list)
+        if not all(isinstance(r, dict) and "policy" in r for r in records):
+            raise ForesightError(f"{p} must hold a list of fidelity records (objects with a `policy`, as "
+                                 "`foresight eval fidelity` writes them)")
+        return records, str(p)
     for d in dict.fromkeys([scorer_dir, src, src.parent]):
         for name in ("fidelity.json", "eval/fidelity.json"):
             if (d / name).is_file():

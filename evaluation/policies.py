@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 from foresight.errors import ForesightError
-from foresight.policies import POLICIES, make_policy, policy_names
+from foresight.policies import make_policy
+from foresight.policies.registry import check_policy_names
 
 
 def parse_policies(spec: str) -> list[str]:
@@ -16,13 +17,7 @@ def parse_policies(spec: str) -> list[str]:
     names = [p.strip() for p in spec.split(",") if p.strip()]
     if not names:
         raise ForesightError("no policies given")
-    for name in names:
-        for part in name.split(":"):
-            if part not in POLICIES:
-                raise ForesightError(f"unknown policy {part!r}; choose from {', '.join(policy_names())}")
-    if len(set(names)) != len(names):
-        raise ForesightError(f"policy listed twice in {spec!r}")
-    return names
+    return check_policy_names(names, "--policies")
 
 
 def parse_budgets(spec: str | int | list, interval: int | None = None) -> list[int]:

@@ -1,8 +1,12 @@
 """The ``foresight`` command line. Each subcommand lives in its own module under :mod:`foresight.commands`.
 
 A command module defines ``register(subparsers)`` which adds its parser and sets ``func`` (a callable taking the
-parsed args and returning an exit code). Modules are discovered automatically; errors a user can fix
-(bad input, missing files) are printed as one line and exit with status 2, never as a stack trace.
+parsed args and returning an exit code). Modules are discovered automatically.
+
+Exit status: 0 success; 2 an error the user can fix (bad arguments, config values, missing or damaged input
+files), printed as one line ``foresight <command>: error: ...`` that names the offending file, key or value;
+1 an unexpected internal error, also one line (``--verbose`` shows the traceback); 130 interrupted.
+A command that refuses its input refuses it before loading a model or writing anything.
 """
 
 from __future__ import annotations
@@ -22,10 +26,17 @@ from foresight.errors import ForesightError
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (``foresight generate: error: argument --top-p: ...``), exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     import foresight.commands as commands
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="foresight",
         description="foresightkv: learned KV-cache eviction for long LLM reasoning.",
     )
@@ -39,7 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
+            if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
+                                                                          for x in extra):
+                args.overrides += extra
+            else:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:  # --help, or a usage error already printed
+        return exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -54,11 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     except (ForesightError, ValueError, FileNotFoundError, OSError) as exc:
         if args.verbose:
             raise
-        print(f"foresight {args.command}: error: {exc}", file=sys.stderr)
+        print(f"foresight {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not the user's input: still one line, the traceback behind --verbose
+        if args.verbose:
+            raise
+        print(f"foresight {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              "(rerun with --verbose for the traceback)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 if __name__ == "__main__":

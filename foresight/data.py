@@ -74,6 +74,9 @@ def read_jsonl(path: str | Path) -> list[Problem]:
                     records.append(json.loads(line))
                 except json.JSONDecodeError as exc:
                     raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from exc
+                if not isinstance(records[-1], dict):
+                    raise DataError(f"{path}:{n}: expected a JSON object with a `problem` field, got "
+                                    f"{type(records[-1]).__name__}")
     return problems_from_records(records, str(path))
 
 
@@ -176,6 +179,9 @@ def load_problems(spec: str, limit: int | None = None, split: str | None = None)
         problems = read_jsonl(path)
     elif Path(spec).expanduser().is_file():
         problems = read_jsonl(Path(spec).expanduser())
+    elif Path(spec).expanduser().is_dir():
+        raise DataError(f"problem set {spec} is a directory; pass a JSONL file (one problem object per line) or a "
+                        "built-in name")
     elif spec.endswith(".jsonl") or spec.startswith((".", "/", "~")):
         raise DataError(f"problem file not found: {spec}")
     else:

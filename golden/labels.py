@@ -96,7 +96,20 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
 
 
 def read_label_file(path: str | Path) -> dict[str, TraceLabels]:
-    """Read one safetensors label file into ``{trace_id: TraceLabels}`` (file order)."""
+    """Read one safetensors label file into ``{trace_id: TraceLabels}`` (file order); a truncated or damaged
+    file raises :class:`ForesightError` naming it."""
+    from safetensors import SafetensorError
+
+    try:
+        return _read_label_file(path)
+    except ForesightError:
+        raise
+    except (SafetensorError, OSError, KeyError, ValueError, TypeError) as exc:
+        raise ForesightError(f"{path} is not a readable golden label file ({' '.join(str(exc).split())}); "
+                             "redo it with `foresight golden`") from None
+
+
+def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
     from safetensors import safe_open
 
     out = {}
@@ -117,7 +130,7 @@ def read_label_file(path: str | Path) -> dict[str, TraceLabels]:
 
 def load_labels(path: str | Path) -> dict[str, TraceLabels]:
     """Load golden labels: a ``foresight golden`` output directory (finished shards, plan order) or one file."""
-    from golden.sharding import read_plan, shard_path
+    from golden.sharding import check_shard, read_plan, shard_path
 
     path = Path(path)
     if path.is_file():
@@ -129,9 +142,8 @@ def load_labels(path: str | Path) -> dict[str, TraceLabels]:
         raise ForesightError(f"{path} is not a `foresight golden` output directory (no golden plan.json)")
     out: dict[str, TraceLabels] = {}
     for unit in plan["units"]:
-        f = shard_path(path, unit["shard"])
-        if f.exists():
-            out.update(read_label_file(f))
+        if check_shard(path, unit["shard"], "rerun the same `foresight golden` command to redo it"):
+            out.update(read_label_file(shard_path(path, unit["shard"])))
     if not out:
         raise ForesightError(f"{path} has no finished label shards yet")
     return out

@@ -13,7 +13,16 @@ from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
 from golden.labels import save_labels
 from golden.oracle import label_trace
-from golden.sharding import atomic_output, clean_stale, ensure_plan, my_units, rank_world, shard_path
+from golden.sharding import (
+    atomic_output,
+    check_shard,
+    clean_stale,
+    ensure_plan,
+    my_units,
+    rank_world,
+    shard_path,
+    unfinished_shards,
+)
 from golden.traces import load_traces
 
 PLAN_KIND = "foresight-golden"
@@ -89,7 +98,8 @@ def label_traces(
     rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])
-    todo = [u for u in mine if not shard_path(out, _shard_name(u)).exists()]
+    redo = set(unfinished_shards(out, [_shard_name(u) for u in mine]))  # missing or damaged since written
+    todo = [u for u in mine if _shard_name(u) in redo]
     done_now = 0
     desc = "golden" if world == 1 else f"golden[rank {rank}/{world}]"
     with tqdm(total=sum(len(units[u]) for u in mine), desc=desc, unit="trace", disable=not progress) as bar:
@@ -102,5 +112,6 @@ def label_traces(
             with atomic_output(shard_path(out, _shard_name(u))) as tmp:
                 save_labels(tmp, labels)
             done_now += len(labels)
-    finished = sum(shard_path(out, _shard_name(u)).exists() for u in range(len(units)))
+    finished = sum(check_shard(out, _shard_name(u), "rerun the same `foresight golden` command to redo it")
+                   for u in range(len(units)))
     return LabelSummary(out, len(keep), skipped, done_now, finished, len(units))

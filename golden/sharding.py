@@ -1,9 +1,12 @@
 """Resumable, rank-sharded output directories shared by ``foresight trace`` and ``foresight golden``.
 
 An output directory holds ``plan.json`` (the run's settings and its list of work units, each naming the shard
-it produces) and ``shards/``. A shard is written under a temporary name and renamed into place only once it
-is complete, so after any kill (even ``kill -9``) a shard either exists whole or not at all; the finished
-shards *are* the manifest of finished work. Rerunning with the same arguments skips them.
+it produces) and ``shards/``. A shard is written under a temporary name; its manifest
+(``<shard>.manifest.json``: size and SHA-256 of every file) is written next, and the shard is renamed into
+place last, so after any kill (even ``kill -9``) a shard either exists whole or not at all. Rerunning with the
+same arguments skips a finished shard only after checking it against its manifest; a shard damaged since
+(truncated, edited, or without a manifest) is removed and redone. Readers check sizes and refuse a damaged
+shard by name.
 
 When launched with several processes (``torchrun``, the ``deepspeed`` launcher: ``RANK``/``WORLD_SIZE`` set),
 rank ``r`` takes the units ``i`` with ``i % world == r`` and writes only its own shards; readers merge shards
@@ -12,17 +15,21 @@ in plan order, so the result does not depend on the number of ranks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from foresight.config import ConfigError, read_json
 from foresight.errors import ForesightError
 
 PLAN_FILE = "plan.json"
 SHARDS_DIR = "shards"
+MANIFEST_SUFFIX = ".manifest.json"
 _TMP_PREFIX = ".tmp-"
 
 
@@ -46,36 +53,60 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 
 def read_plan(out_dir: str | Path) -> dict | None:
+    """The plan of ``out_dir`` (None when there is none); a damaged plan raises an error naming the file."""
     path = Path(out_dir) / PLAN_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.exists():
+        return None
+    plan = read_json(path, "plan file")
+    units = plan.get("units")
+    if not isinstance(plan.get("kind"), str) or not isinstance(units, list) or not all(
+        isinstance(u, dict) and isinstance(u.get("shard"), str) for u in units
+    ):
+        raise ConfigError(f"{path} is damaged (needs `kind` and `units` with a `shard` each); delete the "
+                          "directory and rerun, or choose another --out")
+    return plan
 
 
 def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, ...]) -> dict:
     """Create ``out_dir`` with ``plan``, or check that an existing plan agrees on the keys in ``compare``.
 
-    Raises :class:`ForesightError` naming the first key that differs (e.g. rerunning with another model or
+    Raises :class:`ForesightError` naming every field that differs (e.g. rerunning with another model or
     other settings into the same directory), so a resume can never mix incompatible shards.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / SHARDS_DIR).mkdir(exist_ok=True)
-    old = read_plan(out)
+    old = read_plan(out) if out.is_dir() else None
     if old is None:
+        (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
         atomic_write_text(out / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
         return plan
     if old.get("kind") != plan.get("kind"):
         raise ForesightError(f"{out} holds {old.get('kind')!r} output, not {what}; choose another --out")
-    for key in compare:
-        if old.get(key) != plan.get(key):
-            raise ForesightError(
-                f"{out} already holds {what} made with a different {key} "
-                f"({_short(old.get(key))} there, {_short(plan.get(key))} now); "
-                "rerun with the original arguments to resume, or choose another --out"
-            )
+    diffs = [d for key in compare for d in _differences(key, old.get(key), plan.get(key))]
+    if diffs:
+        raise ForesightError(
+            f"{out} already holds {what} made with a different {'; a different '.join(diffs)}; rerun with the "
+            "original arguments to resume, or choose another --out"
+        )
+    (out / SHARDS_DIR).mkdir(exist_ok=True)
     return old
 
 
-def _short(value, n: int = 120) -> str:
+def _differences(key: str, old, new) -> list[str]:
+    """``key`` (or each differing ``key.sub``) with both values: every field that differs, none cut off."""
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(set(old) | set(new), key=str) for d in _differences(f"{key}.{k}", old.get(k),
+                                                                                     new.get(k))]
+    if isinstance(old, list) and isinstance(new, list) and len(old) != len(new):
+        return [f"{key} ({len(old)} there, {len(new)} now)"]
+    if isinstance(old, list) and isinstance(new, list):
+        first = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+        return [f"{key} (from item {first} on: {_short(old[first])} there, {_short(new[first])} now)"]
+    return [f"{key} ({_short(old)} there, {_short(new)} now)"]
+
+
+def _short(value, n: int = 80) -> str:
     text = json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= n else text[: n - 3] + "..."
 
@@ -89,20 +120,108 @@ def clean_stale(out_dir: str | Path, names: list[str]) -> None:
     shards = Path(out_dir) / SHARDS_DIR
     owned = set(names)
     for p in shards.glob(f"{_TMP_PREFIX}*"):
-        base = p.name[len(_TMP_PREFIX) :].rsplit("-pid", 1)[0]
+        base = p.name[len(_TMP_PREFIX) :].rsplit("-pid", 1)[0].removesuffix(MANIFEST_SUFFIX)
         if base in owned:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+            _remove(p)
+
+
+def _remove(p: Path) -> None:
+    shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+
+
+def _manifest_path(final: Path) -> Path:
+    return final.with_name(final.name + MANIFEST_SUFFIX)
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _describe_files(root: Path, digests: bool) -> dict[str, dict]:
+    """``{relative path: {"size": bytes[, "sha256": hex]}}`` of a shard (one file, or a directory's files)."""
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    out = {}
+    for p in files:
+        rel = "." if p == root else p.relative_to(root).as_posix()
+        out[rel] = {"size": p.stat().st_size, **({"sha256": _file_digest(p)} if digests else {})}
+    return out
+
+
+def shard_problem(out_dir: str | Path, name: str, digests: bool = True) -> str | None:
+    """Why shard ``name`` cannot be used (missing, no manifest, a file's size or hash differs), or None.
+
+    ``digests=False`` compares sizes only (cheap; what readers do). A shard without a manifest (written before
+    manifests existed) is reported only when ``digests`` is set: readers accept it, a rerun redoes it."""
+    final = shard_path(out_dir, name)
+    if not final.exists():
+        return "missing"
+    mpath = _manifest_path(final)
+    if not mpath.is_file():
+        return "no manifest to check it against" if digests else None
+    try:
+        want = json.loads(mpath.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"its manifest {mpath.name} is damaged"
+    got = _describe_files(final, digests)
+    for rel in sorted(set(want) | set(got)):
+        w, g = want.get(rel), got.get(rel)
+        if w is None or g is None:
+            return f"file {rel} {'is missing' if g is None else 'is not in the manifest'}"
+        if w.get("size") != g["size"]:
+            return f"file {rel} has {g['size']} bytes, {w.get('size')} were written"
+        if digests and w.get("sha256") != g["sha256"]:
+            return f"file {rel} changed since it was written (SHA-256 differs)"
+    return None
+
+
+def check_shard(out_dir: str | Path, name: str, fix: str) -> bool:
+    """For readers: True when shard ``name`` is finished, False when it is not there yet; a damaged shard
+    raises :class:`ForesightError` naming it (``fix`` says how to redo it)."""
+    problem = shard_problem(out_dir, name, digests=False)
+    if problem == "missing":
+        return False
+    if problem:
+        raise ForesightError(f"shard {shard_path(out_dir, name)} is damaged ({problem}); {fix}")
+    return True
+
+
+def unfinished_shards(out_dir: str | Path, names: list[str]) -> list[str]:
+    """The shards of ``names`` to (re)do on this run: missing ones, and damaged ones, which are removed first
+    (a note on stderr names each). Finished shards are verified against their manifest (sizes and SHA-256)."""
+    todo = []
+    for name in names:
+        problem = shard_problem(out_dir, name)
+        if problem is None:
+            continue
+        if problem != "missing":
+            print(f"note: redoing shard {shard_path(out_dir, name)}: {problem}", file=sys.stderr)
+            final = shard_path(out_dir, name)
+            _remove(_manifest_path(final))
+            _remove(final)
+        todo.append(name)
+    return todo
 
 
 @contextmanager
 def atomic_output(final: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``final``; on success rename it to ``final`` (file or directory)."""
+    """Yield a temporary path beside ``final``; on success write ``final``'s manifest (sizes and SHA-256 of
+    its files), then rename the temporary to ``final`` (file or directory)."""
     tmp = final.with_name(f"{_TMP_PREFIX}{final.name}-pid{os.getpid()}")
     if tmp.exists():
-        shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+        _remove(tmp)
     try:
         yield tmp
+        manifest = {"shard": final.name, "files": _describe_files(tmp, digests=True)}
+        mtmp = final.with_name(f"{_TMP_PREFIX}{final.name}{MANIFEST_SUFFIX}-pid{os.getpid()}")
+        mtmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
+        os.replace(mtmp, _manifest_path(final))
+        if final.exists():  # a damaged shard being redone by a caller that did not remove it
+            _remove(final)
         os.replace(tmp, final)
     finally:
         if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink(missing_ok=True)
+            _remove(tmp)

@@ -27,15 +27,18 @@ from foresight.prompts import build_prompt, load_template
 from golden.sharding import (
     SHARDS_DIR,
     atomic_output,
+    check_shard,
     clean_stale,
     ensure_plan,
     my_units,
     rank_world,
     read_plan,
     shard_path,
+    unfinished_shards,
 )
 
 PLAN_KIND = "foresight-traces"
+_REDO = "rerun the same `foresight trace` command to redo it"
 
 
 def trace_id(problem_id: str, sample: int) -> str:
@@ -108,10 +111,8 @@ def generate_traces(
     """
     from foresight.runtime import generate
 
-    if samples < 1 or batch_size < 1 or max_new_tokens < 1:
-        raise ValueError("samples, batch_size and max_new_tokens must be >= 1")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    check_sampling(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                   top_k=top_k, batch_size=batch_size)
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ForesightError("problem ids must be unique")
@@ -145,7 +146,8 @@ def generate_traces(
     rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(i) for i in mine])
-    todo = [i for i in mine if not shard_path(out, _shard_name(i)).exists()]
+    redo = set(unfinished_shards(out, [_shard_name(i) for i in mine]))
+    todo = [i for i in mine if _shard_name(i) in redo]
     settings_json = json.dumps(settings, sort_keys=True)
     fingerprint_json = json.dumps(fingerprint, sort_keys=True)
     eos = eos_token_ids(model, tokenizer)
@@ -184,6 +186,20 @@ def generate_traces(
 
 
 
+def check_sampling(*, samples: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+                   batch_size: int) -> None:
+    """Refuse sampling settings that cannot work, before anything is loaded or written."""
+    for key, value in (("samples", samples), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ForesightError(f"{key} must be an integer >= 1, got {value!r}")
+    if not temperature >= 0:
+        raise ForesightError(f"temperature must be >= 0 (0 decodes greedily), got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ForesightError(f"top_p must be in (0, 1], got {top_p}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ForesightError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+
+
 def _write_shard(out: Path, name: str, rows: dict) -> None:
     import datasets
 
@@ -203,7 +219,7 @@ def trace_progress(path: str | Path) -> tuple[int, int]:
     plan = read_plan(path)
     if plan is None:
         raise ForesightError(f"{path} is not a trace directory (no plan.json)")
-    done = sum(shard_path(path, u["shard"]).exists() for u in plan["units"])
+    done = sum(check_shard(path, u["shard"], _REDO) for u in plan["units"])
     return done, len(plan["units"])
 
 
@@ -228,7 +244,7 @@ def load_traces(path: str | Path):
     parts = [
         datasets.load_from_disk(str(shard_path(path, u["shard"])))
         for u in plan["units"]
-        if shard_path(path, u["shard"]).exists()
+        if check_shard(path, u["shard"], _REDO)
     ]
     if not parts:
         raise ForesightError(f"{path} has no finished trace shards yet (under {path / SHARDS_DIR})")

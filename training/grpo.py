@@ -119,6 +119,8 @@ class GRPOConfig(TrainerConfig):
             raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
         if self.eval_group_size == 1 or self.eval_group_size < 0 or self.eval_traces < 0:
             raise ValueError("eval_group_size must be 0 (= group_size) or >= 2; eval_traces >= 0")
+        if self.max_traces < 0:
+            raise ValueError(f"max_traces must be >= 0 (0 = all), got {self.max_traces}")
 
     @classmethod
     def keys(cls) -> list[str]:

@@ -27,6 +27,7 @@ from typing import Any, Callable, ClassVar, Protocol
 import torch
 from tqdm.auto import tqdm
 
+from foresight.config import check_device, check_fields, check_keys, read_json
 from training import checkpoint as ckpt
 from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
 from training.logging import REPORTERS, MetricsLogger
@@ -63,6 +64,7 @@ class TrainerConfig:
     max_steps_per_run: int = 0
 
     def __post_init__(self):
+        check_fields(self)  # types first: every later check may compare numbers
         for name in ("steps", "micro_batch"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -78,17 +80,15 @@ class TrainerConfig:
             raise ValueError("grad_clip and weight_decay must be >= 0")
         if self.report_to not in REPORTERS:
             raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
+        check_device(self.device, "device")
+        read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainerConfig":
-        known = {f.name for f in fields(cls) if f.init}
-        bad = sorted(set(d) - known)
-        if bad:
-            raise ValueError(f"unknown config key(s) {', '.join(bad)}; valid keys: {', '.join(sorted(known))}")
-        return cls(**d)
+        return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "config"))
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):

@@ -35,6 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
+from foresight.policies.registry import check_policy_names
 from training.loop import TrainerConfig
 from training.registry import register_trainer
 
@@ -96,6 +97,10 @@ class SLConfig(TrainerConfig):
             raise ValueError("hidden and replay_batch_size must be >= 1, margin and max_pairs >= 0")
         if self.feature_dtype not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"feature_dtype must be float16, bfloat16 or float32, got {self.feature_dtype}")
+        for key in ("max_traces", "fidelity_max_traces", "eval_max_rows"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0 (0 = all), got {getattr(self, key)}")
+        check_policy_names(self.fidelity_policies, "fidelity_policies")  # a typo fails now, not after training
 
     @classmethod
     def keys(cls) -> list[str]:

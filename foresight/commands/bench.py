@@ -6,19 +6,20 @@ import json
 from pathlib import Path
 
 from foresight.commands._common import add_model_args
+from foresight.config import nonempty_text, nonnegative_int, positive_int
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="decode speed and peak KV memory per policy vs the full cache")
     add_model_args(p)
     p.add_argument("--policies", default="streaming_llm", help="comma-separated policies (full is always added)")
-    p.add_argument("--budget", type=int, required=True, help="B")
-    p.add_argument("--interval", type=int, required=True, help="W")
-    p.add_argument("--sinks", type=int, default=0)
-    p.add_argument("--new-tokens", type=int, default=512, help="tokens generated per run (exactly, EOS ignored)")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved repeats (median reported)")
-    p.add_argument("--batch-size", type=int, default=1)
-    p.add_argument("--prompt", default=None, help="prompt text (default: a short word problem)")
+    p.add_argument("--budget", type=positive_int, required=True, help="B")
+    p.add_argument("--interval", type=positive_int, required=True, help="W")
+    p.add_argument("--sinks", type=nonnegative_int, default=0)
+    p.add_argument("--new-tokens", type=positive_int, default=512, help="tokens generated per run (exactly, EOS ignored)")
+    p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (median reported)")
+    p.add_argument("--batch-size", type=positive_int, default=1)
+    p.add_argument("--prompt", default=None, type=nonempty_text, help="prompt text (default: a short word problem)")
     p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
     p.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="hyperparameter of one policy (repeatable)")

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from foresight.config import nonnegative_int, positive_int
 from foresight.commands._common import add_model_args, parse_kv
 
 
@@ -19,12 +20,12 @@ def register(sub) -> None:
     f.add_argument("--traces", required=True, help="trace directory (`foresight trace` output)")
     f.add_argument("--policies", required=True, help="comma-separated policy names, e.g. full,random,h2o")
     f.add_argument("--budget", required=True, help="B, or several comma-separated: 128,256,512")
-    f.add_argument("--interval", type=int, required=True, help="W: new tokens between evictions")
-    f.add_argument("--sinks", type=int, default=0, help="never evict the first S positions")
+    f.add_argument("--interval", type=positive_int, required=True, help="W: new tokens between evictions")
+    f.add_argument("--sinks", type=nonnegative_int, default=0, help="never evict the first S positions")
     f.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
     f.add_argument("--golden", default=None, help="golden label dir(s) for the `golden` policy")
-    f.add_argument("--limit", type=int, default=None, help="use only the first N traces")
-    f.add_argument("--batch-size", type=int, default=1, help="traces replayed together")
+    f.add_argument("--limit", type=positive_int, default=None, help="use only the first N traces")
+    f.add_argument("--batch-size", type=positive_int, default=1, help="traces replayed together")
     f.add_argument("--ref-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="storage dtype of the full cache's reference log-probs")
     f.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",

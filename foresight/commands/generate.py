@@ -5,19 +5,21 @@ from __future__ import annotations
 import time
 
 from foresight.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
+from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
 
 
 def register(sub) -> None:
     p = sub.add_parser("generate", help="generate text with a budgeted KV cache")
     add_model_args(p)
-    p.add_argument("--prompt", action="append", required=True, help="prompt text (repeat for a batch)")
+    p.add_argument("--prompt", action="append", required=True, type=nonempty_text, help="prompt text (repeat for a batch)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     add_policy_args(p)
     add_cache_args(p, budget_default=None, interval_default=None)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=None, help="sample with this temperature (default greedy)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
+    p.add_argument("--temperature", type=nonnegative_float, default=None,
+                   help="sample with this temperature (default, or 0: greedy)")
+    p.add_argument("--top-p", type=unit_float, default=1.0)
+    p.add_argument("--top-k", type=nonnegative_int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.set_defaults(func=run)
@@ -49,7 +51,7 @@ def run(args) -> int:
         interval=args.interval,
         sinks=args.sinks,
         max_new_tokens=args.max_new_tokens,
-        do_sample=args.temperature is not None,
+        do_sample=bool(args.temperature),
         temperature=args.temperature or 1.0,
         top_p=args.top_p,
         top_k=args.top_k,

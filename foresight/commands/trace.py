@@ -5,22 +5,23 @@ from __future__ import annotations
 import os
 
 from foresight.commands._common import add_model_args
+from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
 
 
 def register(sub) -> None:
     p = sub.add_parser("trace", help="sample reasoning traces (resumable, sharded across ranks)")
     add_model_args(p)
-    p.add_argument("--data", required=True, help="aime24 | aime25 | math500 | synthetic | a .jsonl file | HF dataset")
+    p.add_argument("--data", required=True, type=nonempty_text, help="aime24 | aime25 | math500 | synthetic | a .jsonl file | HF dataset")
     p.add_argument("--split", default=None, help="split of a Hugging Face dataset (default test)")
     p.add_argument("--out", required=True, help="output directory (rerun the same command to resume)")
-    p.add_argument("--limit", type=int, default=None, help="first L problems only")
-    p.add_argument("--samples", type=int, default=1, help="traces per problem")
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.6, help="0 decodes greedily")
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--top-k", type=int, default=20, help="0 disables top-k")
+    p.add_argument("--limit", type=positive_int, default=None, help="first L problems only")
+    p.add_argument("--samples", type=positive_int, default=1, help="traces per problem")
+    p.add_argument("--max-new-tokens", type=positive_int, default=1024)
+    p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 decodes greedily")
+    p.add_argument("--top-p", type=unit_float, default=0.95)
+    p.add_argument("--top-k", type=nonnegative_int, default=20, help="0 disables top-k")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=8, help="traces generated together (= one shard)")
+    p.add_argument("--batch-size", type=positive_int, default=8, help="traces generated together (= one shard)")
     p.add_argument("--template", default=None, help="prompt template file (or text) with a {problem} placeholder")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)

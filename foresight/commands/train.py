@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
-
-import yaml
 
 from foresight.commands._common import parse_kv
+from foresight.config import read_yaml_mapping
 
 
 def register(sub) -> None:
@@ -32,15 +30,11 @@ def register(sub) -> None:
 
 
 def build_config(spec, config_path: str | None, overrides: list[str]):
-    """Config dataclass from a YAML file plus ``key=value`` overrides (unknown keys are an error)."""
-    data = {}
-    if config_path:
-        path = Path(config_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config file not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path} must hold a mapping of config keys")
+    """Config dataclass from a YAML file plus ``key=value`` overrides (given before or after ``--config``).
+
+    The dataclass checks every key and value on construction (unknown keys, wrong types, bad ranges, a
+    missing DeepSpeed config or device), so a bad config fails here, before any model or data is loaded."""
+    data = read_yaml_mapping(config_path, "config file") if config_path else {}
     data.update(parse_kv(overrides))
     return spec.config_cls.from_dict(data)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
+from foresight.config import ConfigError, check_kwargs
+
 POLICIES: dict[str, type] = {}
 
 
@@ -24,6 +26,21 @@ class UnknownPolicyError(ValueError):
 
 def policy_names() -> list[str]:
     return sorted(POLICIES)
+
+
+def check_policy_names(names, what: str = "policies") -> list[str]:
+    """``names`` (a list, or a comma-separated string) as a list of registered names, each listed once;
+    ``wrapper:inner`` checks both parts. Raises :class:`UnknownPolicyError` naming ``what`` and the bad name."""
+    items = [n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)
+    if not all(isinstance(n, str) and n for n in items):
+        raise ConfigError(f"{what} must be a list of policy names, got {names!r}")
+    for name in items:
+        for part in name.split(":"):
+            if part not in POLICIES:
+                raise UnknownPolicyError(f"{what}: unknown policy {part!r}; choose from {', '.join(policy_names())}")
+    if len(set(items)) != len(items):
+        raise ConfigError(f"{what}: a policy is listed twice in {names!r}")
+    return items
 
 
 def make_policy(name: str, **kwargs: Any):
@@ -51,4 +68,4 @@ def _build(name: str, kwargs: dict):
             f"policy {name!r} has no hyperparameter(s) {', '.join(bad)}; "
             f"it takes: {', '.join(sorted(valid)) or 'none'}"
         )
-    return cls(**kwargs)
+    return cls(**check_kwargs(cls, kwargs, f"policy {name!r} hyperparameter"))
