@@ -12,16 +12,20 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
+from foresight.config import read_json
 from foresight.errors import ForesightError
 
 ONNX_NAME = "scorer.onnx"
 
-from foresight.config import read_json
 
 def resolve_scorer_dir(path: str | Path) -> Path:
     """A scorer directory from ``path``: the directory itself, its ``scorer/`` (training output) or the
@@ -106,8 +110,9 @@ def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
     return lines + [""]
 
 
-def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None) -> str:
-    """Markdown model card of an exported scorer."""
+def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None,
+               files_at: Path | None = None) -> str:
+    """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written)."""
     cfg = scorer.config
     fp = cfg.fingerprint
     n_params = sum(p.numel() for p in scorer.parameters())
@@ -140,7 +145,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
         f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
         f"{n_params:,} parameters",
-        f"- files: `config.json`, `model.safetensors` (sha256 `{_sha256(out / 'model.safetensors')[:16]}…`)"
+        f"- files: `config.json`, `model.safetensors` (sha256 `{_sha256((files_at or out) / 'model.safetensors')[:16]}…`)"
         + (f", `{ONNX_NAME}` (max |ONNX − PyTorch| = {onnx_diff:.2e} on random inputs)" if onnx_diff is not None else ""),
         "",
         "## Provenance",
@@ -195,15 +200,54 @@ def export_onnx(scorer, path: Path, atol: float = 1e-5, opset: int = 18) -> floa
         got = sess.run(["scores"], {"features": x.numpy()})[0]
         if got.shape != ref.shape:
             raise RuntimeError(f"ONNX output shape {got.shape} != PyTorch {ref.shape}")
-        worst = max(worst, float(abs(got - ref).max()))
-    if worst > atol:
+        if not (np.isfinite(ref).all() and np.isfinite(got).all()):  # NaN "matches" NaN: never verify that
+            raise ForesightError(f"the scorer gives NaN/Inf scores on random inputs (PyTorch: "
+                                 f"{int((~np.isfinite(ref)).sum())}, ONNX: {int((~np.isfinite(got)).sum())}); "
+                                 "it cannot be verified, nothing was exported")
+        worst = max(worst, float(np.abs(got - ref).max()))
+    if not worst <= atol:
         raise RuntimeError(f"ONNX export differs from PyTorch by {worst:.2e} > {atol:.0e}")
     return worst
 
 
+def _check_out(out: Path, scorer_dir: Path, overwrite: bool) -> None:
+    """Refuse an ``out`` that would lose work: a file, a non-empty directory without ``overwrite``, or a directory
+    holding the source scorer (replacing it would delete the source)."""
+    src, dst = scorer_dir.resolve(), out.resolve()
+    if dst == src or dst in src.parents:
+        raise ForesightError(f"--out {out} holds the source scorer {scorer_dir}; export to another directory")
+    if out.exists() and not out.is_dir():
+        raise ForesightError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ForesightError(f"export directory {out} already exists; pass --overwrite to replace it (its whole "
+                             "content, so no file of an earlier export is left beside the new scorer)")
+
+
+def _replace_dir(tmp: Path, out: Path) -> None:
+    """Put the finished export ``tmp`` at ``out`` by renames (same filesystem): ``out`` never holds a half-written
+    export or a mix of two. An earlier ``out`` is moved aside first and deleted once the new one is in place."""
+    if not out.exists():
+        os.replace(tmp, out)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    os.replace(out, old / out.name)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        os.replace(old / out.name, out)  # put the earlier export back
+        old.rmdir()
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
-                  atol: float = 1e-5) -> dict:
+                  atol: float = 1e-5, overwrite: bool = False) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
+
+    Everything is written into a temporary sibling of ``out`` and renamed into place at the end, so a failure
+    (a broken scorer, an ONNX mismatch, a kill) leaves an earlier ``out`` untouched. An existing non-empty ``out``
+    is refused unless ``overwrite``; then it is replaced as a whole. A killed run may leave a hidden
+    ``.<out>.tmp-*`` sibling behind, which is safe to delete.
 
     Returns ``{"out", "scorer_dir", "onnx_max_abs_diff", "fidelity_source"}``.
     """
@@ -213,9 +257,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     src = Path(src)
     scorer_dir = resolve_scorer_dir(src)
     out = Path(out)
-    if out.resolve() == scorer_dir.resolve():
-        raise ForesightError("--out must differ from the source scorer directory")
-    scorer = Scorer.from_pretrained(scorer_dir)
+    _check_out(out, scorer_dir, overwrite)
+    scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
     prov = dict(scorer.config.provenance or {})
     prov.setdefault("exported_from", str(scorer_dir.resolve()))
     prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -224,12 +267,19 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     if commit:
         prov.setdefault("export_git_commit", commit)
     scorer.config.provenance = prov
-    scorer.save_pretrained(out)
-    fid = find_fidelity(src, scorer_dir, fidelity)
-    if fid:
-        (out / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")
-    diff = export_onnx(scorer, out / ONNX_NAME, atol=atol) if onnx else None
-    (out / "README.md").write_text(model_card(scorer, out, fid, diff))
+    fid = find_fidelity(src, scorer_dir, fidelity)  # read before anything is written
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        scorer.save_pretrained(tmp)
+        if fid:
+            (tmp / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")
+        diff = export_onnx(scorer, tmp / ONNX_NAME, atol=atol) if onnx else None
+        (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp))
+        _replace_dir(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return {"out": str(out), "scorer_dir": str(scorer_dir), "onnx_max_abs_diff": diff,
             "fidelity_source": fid[1] if fid else None}
 

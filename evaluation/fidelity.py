@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
+from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.runtime import CacheConfig, replay
 
@@ -207,6 +208,14 @@ def evaluate_fidelity(
                     on_skip(p, b, f"no {p!r} policy for B={b}, W={interval} (e.g. no golden labels for them)")
                 continue
             plan.append((p, b, pol))
+    # Labels meet traces here: a golden policy checks its labels against these exact token ids (hashes) and this
+    # model now, before any compute (it checks again at every replay).
+    all_ids = list(trace_ids) if trace_ids is not None else [str(i) for i in range(len(sequences))]
+    fp = model_fingerprint(model)
+    for _, _, pol in plan:
+        check = getattr(pol, "check_traces", None)
+        if callable(check):
+            check(all_ids, [list(map(int, s)) for s in sequences], fp)
     acc = {(name, b): _Accumulator() for name, b, _ in plan}
     lo = budgets[0] + interval
     device = model.device

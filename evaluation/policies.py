@@ -63,23 +63,36 @@ def golden_label_sets(root: str | Path) -> list[Path]:
     return found
 
 
-def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict | None]:
-    """``labels_for(budget)``: the golden labels made for (budget, interval) under ``root``, or None."""
-    from golden.labels import load_labels
+def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict]:
+    """``labels_for(budget)``: the golden labels made for (budget, interval) under ``root``.
+
+    Raises :class:`golden.labels.LabelMismatchError` naming both settings when ``root`` holds no labels for
+    them (a golden row silently missing from a table reads as "golden was not run", not "wrong labels")."""
+    from golden.labels import LabelMismatchError, load_labels
 
     sets = golden_label_sets(root)
     cache: dict[Path, dict] = {}
 
-    def labels_for(budget: int) -> dict | None:
+    def labels_for(budget: int) -> dict:
         merged: dict = {}
+        have = set()
         for path in sets:
             if path not in cache:
                 cache[path] = load_labels(path)
             labels = cache[path]
             first = next(iter(labels.values()), None)
-            if first is not None and first.budget == budget and first.interval == interval:
+            if first is None:
+                continue
+            have.add((first.budget, first.interval))
+            if first.budget == budget and first.interval == interval:
                 merged.update(labels)
-        return merged or None
+        if not merged:
+            made = ", ".join(f"B={b} W={w}" for b, w in sorted(have)) or "nothing"
+            raise LabelMismatchError(
+                f"golden labels in {root} were made for {made}, not B={budget} W={interval}; run `foresight "
+                f"golden --budget {budget} --interval {interval}` or evaluate golden only at the labelled budgets"
+            )
+        return merged
 
     return labels_for
 
@@ -94,8 +107,8 @@ def make_factory(
 ) -> Callable[[str, int], object]:
     """``factory(name, budget)`` for :func:`evaluation.fidelity.evaluate_fidelity` and the other evaluations.
 
-    ``learned`` is built with ``scorer=<dir>``; ``golden`` with the labels for each budget (``None``, i.e.
-    skipped, when there are none); every other name from the registry with ``policy_kwargs[name]``.
+    ``learned`` is built with ``scorer=<dir>``; ``golden`` with the labels for each budget (an error when there
+    are none); every other name from the registry with ``policy_kwargs[name]``.
     """
     kwargs = policy_kwargs or {}
     labels_for = golden_factory(golden, interval) if golden else None
@@ -115,9 +128,7 @@ def make_factory(
         if name == "golden":
             if labels_for is None:
                 raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
-            labels = labels_for(budget)
-            if labels is None:
-                return None  # no labels for this (B, W): the caller reports the skip
+            labels = labels_for(budget)  # raises when there are none for this (B, W)
             if model is not None:
                 from golden.labels import check_labels_match
 

@@ -149,7 +149,7 @@ def run_demo(cfg: DemoConfig) -> dict:
              f"B={cfg.budget}, W={cfg.interval}; `learned (SL only)` = before GRPO", *skipped]
     md = write_fidelity_outputs(records, out / "fidelity", notes=notes, title="ForesightKV demo: fidelity")
     exported = export_scorer(grpo["scorer"], out / "scorer_export", onnx=cfg.export_onnx,
-                             fidelity=out / "fidelity" / "fidelity.json")
+                             fidelity=out / "fidelity" / "fidelity.json", overwrite=True)  # a rerun re-exports
     grpo_brief = _brief(grpo)
     verdict = summarise(records, cfg.budgets)
     line = grpo_verdict(grpo_brief)

@@ -100,7 +100,10 @@ def new_cache(model, policy: EvictionPolicy, cfg: CacheConfig, batch_size: int, 
     budget = cfg.budget if policy.evicts else None
     if budget is not None:
         policy.check_cache(cfg.budget, cfg.interval)
-    policy.reset(batch_size, num_layers, model.device, num_groups=hq // hkv, **meta)
+    from foresight.models import model_fingerprint  # the policy refuses artefacts made for another model
+
+    policy.reset(batch_size, num_layers, model.device, num_groups=hq // hkv, fingerprint=model_fingerprint(model),
+                 **meta)
     return BudgetedCache(num_layers, policy, budget, cfg.interval, sinks=cfg.sinks, num_groups=hq // hkv)
 
 
@@ -382,7 +385,8 @@ def replay(
         width = max(lengths)
         ids = torch.tensor([list(s) + [pad_token_id] * (width - len(s)) for s in sequences], device=device)
     batch, n = ids.shape
-    cache = new_cache(model, policy, cfg, batch, **meta)
+    # the rows' real tokens reach the policy too: the golden policy checks them against its labels' token hashes
+    cache = new_cache(model, policy, cfg, batch, token_ids=[ids[b, : lengths[b]] for b in range(batch)], **meta)
     ce = torch.full((batch, max(n - 1, 0)), float("nan"))
     ent = torch.full_like(ce, float("nan"))
     pieces = replay_schedule(n, cache.budget, cfg.interval, chunk)

@@ -26,11 +26,10 @@ import torch.nn.functional as F
 
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
+from foresight.fingerprint import check_same_model
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
-#: Fingerprint fields that must match between a scorer and the model it is used with.
-FINGERPRINT_KEYS = ("model_type", "num_layers", "num_kv_heads", "num_heads", "head_dim")
 
 
 class ScorerMismatchError(ForesightError):
@@ -116,6 +115,7 @@ class Scorer(nn.Module):
     def __init__(self, config: ScorerConfig, seed: int | None = 0):
         super().__init__()
         self.config = config
+        self.source: str | None = None  # the directory it was loaded from, for messages
         L, K, D, H = config.num_layers, config.num_kv_heads, config.input_dim, config.hidden
         self.w1 = nn.Parameter(torch.empty(L, K, D, H))
         self.b1 = nn.Parameter(torch.empty(L, K, H))
@@ -157,17 +157,11 @@ class Scorer(nn.Module):
 
     # -- compatibility ----------------------------------------------------------------------------------------
     def check_compatible(self, model_or_fingerprint) -> None:
-        """Raise :class:`ScorerMismatchError` unless the model has the layout this scorer was trained for."""
-        from foresight.models import model_fingerprint
-
-        fp = model_or_fingerprint if isinstance(model_or_fingerprint, dict) else model_fingerprint(model_or_fingerprint)
-        mine = self.config.fingerprint
-        diff = [f"{k}: scorer {mine.get(k)!r} vs model {fp.get(k)!r}" for k in FINGERPRINT_KEYS
-                if k in mine and k in fp and mine[k] != fp[k]]
-        if diff:
-            raise ScorerMismatchError(
-                f"scorer was trained for {mine.get('model', '?')!r}, not {fp.get('model', '?')!r} ({'; '.join(diff)})"
-            )
+        """Raise :class:`ScorerMismatchError` unless the model is the one this scorer was trained for
+        (:func:`foresight.fingerprint.check_same_model`)."""
+        check_same_model(self.config.fingerprint, model_or_fingerprint, f"scorer {self.source or '(in memory)'}",
+                         fix="run it with the model it was trained for, or use a scorer trained for this model",
+                         error=ScorerMismatchError)
 
     def check_shape(self, num_layers: int, num_kv_heads: int | None = None, num_groups: int | None = None,
                     head_dim: int | None = None) -> None:
@@ -196,15 +190,39 @@ class Scorer(nn.Module):
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, model=None, device: str | torch.device | None = None) -> "Scorer":
-        """Load a scorer directory; with ``model`` given, also :meth:`check_compatible` against it."""
+        """Load a scorer directory; with ``model`` given, also :meth:`check_compatible` against it.
+
+        Only JSON and safetensors are read (nothing is unpickled). Every tensor must be finite: a NaN or Inf
+        weight raises :class:`ForesightError` naming the file and the tensor (such a scorer ranks at random
+        while looking healthy).
+        """
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         directory = Path(directory)
         if not (directory / CONFIG_NAME).is_file() or not (directory / WEIGHTS_NAME).is_file():
             raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
-        config = ScorerConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
+        try:
+            config = ScorerConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
+        except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:
+            raise ForesightError(f"{directory / CONFIG_NAME} is not a valid scorer config ({exc})") from None
         scorer = cls(config, seed=None)
-        scorer.load_state_dict(load_file(str(directory / WEIGHTS_NAME)))
+        weights = directory / WEIGHTS_NAME
+        try:
+            state = load_file(str(weights))
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ForesightError(f"{weights} is not a readable safetensors file ({exc})") from None
+        for name, tensor in state.items():
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                bad = int((~torch.isfinite(tensor)).sum())
+                raise ForesightError(f"{weights}: tensor {name!r} holds {bad} NaN/Inf value(s); the scorer is "
+                                     "broken (retrain it, or resume from an earlier checkpoint)")
+        try:
+            scorer.load_state_dict(state)
+        except RuntimeError as exc:
+            raise ForesightError(f"{weights} does not match {directory / CONFIG_NAME}: "
+                                 f"{' '.join(str(exc).split())[:300]}") from None
+        scorer.source = str(directory)
         if model is not None:
             scorer.check_compatible(model)
         if device is not None:

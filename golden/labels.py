@@ -3,12 +3,19 @@
 One shard file (``labels-NNNNN.safetensors``) holds the labels of a few traces. Per trace ``t`` with ``E``
 events it stores ``t/ends`` (E,), ``t/candidates`` (E, L, Hkv, B) and ``t/evicted`` (E, L, Hkv, W) as int32
 logical positions, and ``t/alpha`` (E, L, Hkv, B) fp32 foresight values; the header metadata records the
-format, the model fingerprint, B, W and the trace ids. Every event of the runtime's schedule fires at
-``B + W`` entries, so there are always ``B`` candidates and ``W`` evictions.
+format, the model fingerprint, B, W, the trace ids and, per trace, the :func:`token_hash` of the token ids
+the labels were computed from. Every event of the runtime's schedule fires at ``B + W`` entries, so there are
+always ``B`` candidates and ``W`` evictions.
+
+Labels are looked up by trace id, and an id says nothing about the tokens: labels of other token sequences
+under the same ids replay without complaint and give a meaningless golden loss ratio. So everything that
+combines labels with traces checks the hash (:func:`check_label_tokens`; the golden policy does it at every
+replay), and files of the first format, which have no hashes, are refused with a request to regenerate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +25,9 @@ import torch
 
 from foresight.errors import ForesightError
 
-FORMAT = "foresight-golden-labels/1"
+FORMAT = "foresight-golden-labels/2"
+#: Earlier formats: readable in principle, but without token hashes, so refused (never trusted silently).
+OLD_FORMATS = ("foresight-golden-labels/1",)
 
 
 class LabelMismatchError(ForesightError, ValueError):
@@ -56,6 +65,14 @@ class TraceLabels:
     interval: int
     fingerprint: dict
     events: list[EventLabel] = field(default_factory=list)
+    token_hash: str | None = None  # token_hash() of the trace the labels were computed from
+    source: str | None = None  # the file the labels were read from (for messages)
+
+
+def token_hash(input_ids) -> str:
+    """SHA-256 (hex) of a trace's token ids as little-endian int64: ties labels to the exact token sequence."""
+    ids = torch.as_tensor(input_ids).reshape(-1).to(torch.int64).cpu().numpy().astype("<i8", copy=False)
+    return hashlib.sha256(ids.tobytes()).hexdigest()
 
 
 def _stack(label: TraceLabels) -> dict[str, torch.Tensor]:
@@ -83,6 +100,9 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
     for lab in labels:
         if (lab.budget, lab.interval, lab.fingerprint) != (first.budget, first.interval, first.fingerprint):
             raise ValueError("all labels in one file must share fingerprint, budget and interval")
+        if not lab.token_hash:
+            raise ValueError(f"labels of trace {lab.trace_id!r} have no token_hash (make them with "
+                             "golden.oracle.label_trace, which records it)")
         tensors.update(_stack(lab))
     meta = {
         "format": FORMAT,
@@ -90,6 +110,7 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
         "budget": str(first.budget),
         "interval": str(first.interval),
         "trace_ids": json.dumps([lab.trace_id for lab in labels]),
+        "token_hashes": json.dumps({lab.trace_id: lab.token_hash for lab in labels}),
     }
     save_file(tensors, str(path), metadata=meta)
     return Path(path)
@@ -115,16 +136,26 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
     out = {}
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
+        if meta.get("format") in OLD_FORMATS:
+            raise LabelMismatchError(
+                f"{path} holds golden labels without token hashes ({meta['format']}), so they cannot be checked "
+                "against the traces they are used with; regenerate them with `foresight golden` into a new "
+                "directory (or delete the old one first)"
+            )
         if meta.get("format") != FORMAT:
             raise ForesightError(f"{path} is not a golden label file (format {meta.get('format')!r})")
         fp, budget, interval = json.loads(meta["fingerprint"]), int(meta["budget"]), int(meta["interval"])
+        hashes = json.loads(meta.get("token_hashes", "{}"))
         for tid in json.loads(meta["trace_ids"]):
+            if not hashes.get(tid):
+                raise LabelMismatchError(f"{path} has no token hash for trace {tid!r}; regenerate the labels "
+                                         "with `foresight golden`")
             ends = f.get_tensor(f"{tid}/ends").tolist()
             cand = f.get_tensor(f"{tid}/candidates").long()
             alpha = f.get_tensor(f"{tid}/alpha")
             evicted = f.get_tensor(f"{tid}/evicted").long()
             events = [EventLabel(int(e), cand[k], alpha[k], evicted[k]) for k, e in enumerate(ends)]
-            out[tid] = TraceLabels(tid, budget, interval, fp, events)
+            out[tid] = TraceLabels(tid, budget, interval, fp, events, hashes[tid], str(path))
     return out
 
 
@@ -153,22 +184,45 @@ def check_labels_match(
     labels: TraceLabels | Mapping[str, TraceLabels] | Iterable[TraceLabels], model, budget: int, interval: int
 ) -> None:
     """Raise :class:`LabelMismatchError` unless every label was made for ``model`` at this B and W."""
+    from foresight.fingerprint import check_same_model
     from foresight.models import model_fingerprint
 
-    if isinstance(labels, TraceLabels):
-        labels = [labels]
-    elif isinstance(labels, Mapping):
-        labels = list(labels.values())
-    fp = model_fingerprint(model)
-    for lab in labels:
-        if lab.fingerprint != fp:
-            diff = sorted(k for k in set(fp) | set(lab.fingerprint) if fp.get(k) != lab.fingerprint.get(k))
-            raise LabelMismatchError(
-                f"labels for trace {lab.trace_id!r} were made with model {lab.fingerprint.get('model')!r}, not "
-                f"{fp.get('model')!r} (differs in {', '.join(diff)}); label the traces with this model"
-            )
+    fp = model if isinstance(model, dict) else model_fingerprint(model)
+    for lab in _as_list(labels):
+        check_same_model(lab.fingerprint, fp, f"golden labels {lab.source or '(in memory)'} of trace "
+                         f"{lab.trace_id!r}", fix="label the traces with this model (`foresight golden`)",
+                         error=LabelMismatchError)
         if (lab.budget, lab.interval) != (budget, interval):
             raise LabelMismatchError(
-                f"labels for trace {lab.trace_id!r} were made for B={lab.budget}, W={lab.interval}, "
-                f"not B={budget}, W={interval}; run `foresight golden` with these values"
+                f"golden labels {lab.source or '(in memory)'} of trace {lab.trace_id!r} were made for "
+                f"B={lab.budget}, W={lab.interval}, not B={budget}, W={interval}; run `foresight golden` with "
+                "these values"
             )
+
+
+def check_label_tokens(labels: Mapping[str, TraceLabels], traces: Iterable[tuple[str, object]]) -> None:
+    """Raise :class:`LabelMismatchError` unless each ``(trace_id, input_ids)`` with labels has the token ids
+    its labels were computed from (traces without labels are not checked here)."""
+    for tid, ids in traces:
+        lab = labels.get(tid)
+        if lab is None:
+            continue
+        where = lab.source or "(in memory)"
+        if not lab.token_hash:
+            raise LabelMismatchError(f"golden labels {where} of trace {tid!r} record no token hash, so they cannot "
+                                     "be checked against the trace; regenerate them with `foresight golden`")
+        got = token_hash(ids)
+        if got != lab.token_hash:
+            raise LabelMismatchError(
+                f"golden labels {where} of trace {tid!r} were computed from other token ids than this trace "
+                f"(token hash {lab.token_hash[:12]}… vs {got[:12]}…): the labels belong to other traces with the "
+                "same ids; label these traces with `foresight golden`"
+            )
+
+
+def _as_list(labels) -> list[TraceLabels]:
+    if isinstance(labels, TraceLabels):
+        return [labels]
+    if isinstance(labels, Mapping):
+        return list(labels.values())
+    return list(labels)

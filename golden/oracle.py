@@ -23,7 +23,7 @@ import torch
 
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay, replay_schedule
-from golden.labels import EventLabel, TraceLabels
+from golden.labels import EventLabel, TraceLabels, token_hash
 
 Pieces = Sequence[tuple[int, int, bool]]
 
@@ -169,4 +169,4 @@ def label_trace(
 
     abar, pieces = block_attention(model, input_ids, budget, interval, chunk)
     events = greedy_schedule(abar, pieces, budget, interval, inplace=True)
-    return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events)
+    return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids))

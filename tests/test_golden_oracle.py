@@ -12,7 +12,8 @@ from foresight import replay, replay_schedule
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.golden import GoldenPolicy
-from golden.labels import EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, save_labels
+from golden.labels import (EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, save_labels,
+                           token_hash)
 from golden.oracle import block_attention, greedy_schedule, label_trace
 from tests.conftest import get_model
 
@@ -216,7 +217,8 @@ def test_golden_policy_errors(tiny_llama):
     with pytest.raises(LabelMismatchError, match="B=30 W=10"):
         replay(model, [seq], policy=make_policy("golden", labels=[lab]), budget=40, interval=10, trace_ids=["a"])
     other = _ids(90, seed=8).tolist()
-    wrong = TraceLabels("a", 30, 10, lab.fingerprint, [EventLabel(e.end, e.candidates + 1, e.alpha, e.evicted) for e in lab.events])
+    wrong = TraceLabels("a", 30, 10, lab.fingerprint, [EventLabel(e.end, e.candidates + 1, e.alpha, e.evicted) for e in lab.events],
+                        token_hash=token_hash(other))  # right tokens, wrong events: caught at the first event
     with pytest.raises(ForesightError, match="do not match"):
         replay(model, [other], policy=make_policy("golden", labels=[wrong]), budget=30, interval=10, trace_ids=["a"])
     assert make_policy("golden", labels=[lab]).replay_only

@@ -319,7 +319,7 @@ class SLTask:
     def __init__(self, cfg: SLConfig, dist, model=None):
         from foresight import model_fingerprint
         from foresight.scorer import Scorer, ScorerConfig
-        from golden.labels import check_labels_match, load_labels
+        from golden.labels import check_label_tokens, check_labels_match, load_labels
         from golden.traces import load_traces
         from training.distributed import barrier
         from training.loop import task_model
@@ -335,6 +335,7 @@ class SLTask:
         rows = [r for r in ds if r["trace_id"] in labels]
         if not rows:
             raise ForesightError(f"no trace of {cfg.traces} has labels in {cfg.labels}")
+        check_label_tokens(labels, ((r["trace_id"], r["input_ids"]) for r in rows))  # same ids, same tokens
         rows.sort(key=lambda r: r["trace_id"])
         if cfg.max_traces:
             rows = rows[: cfg.max_traces]

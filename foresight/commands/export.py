@@ -9,13 +9,15 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--onnx", action="store_true", help="also write scorer.onnx, verified with onnxruntime")
     p.add_argument("--fidelity", default=None, help="fidelity.json (or its directory) to quote in the model card")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing, non-empty --out directory as a whole (refused otherwise)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from evaluation.export import export_scorer
 
-    res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity)
+    res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite)
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["fidelity_source"]:
         print(f"model card quotes fidelity results from {res['fidelity_source']}")

@@ -62,22 +62,47 @@ class GoldenPolicy(EvictionPolicy):
             have = ", ".join(f"B={b} W={w}" for b, w in sorted(self._settings))
             raise LabelMismatchError(f"golden labels were made for {have}; this replay uses B={budget} W={interval}")
 
-    def reset(self, batch_size, num_layers, device, trace_ids=None, **meta):
+    def check_traces(self, trace_ids, sequences=None, fingerprint=None) -> None:
+        """Raise unless every trace has labels, computed from exactly its token ids (``sequences``, by token
+        hash) and with the model of ``fingerprint``; callers may run it up front to fail before any compute."""
+        from foresight.fingerprint import check_same_model
+        from golden.labels import LabelMismatchError, check_label_tokens
+
+        trace_ids = list(trace_ids)
+        seqs = list(sequences) if sequences is not None else [None] * len(trace_ids)
+        # `foresight golden` labels no trace of at most B + W tokens (no event fires before it ends)
+        no_event = min(b + w for b, w in self._settings)
+        missing = [t for t, seq in zip(trace_ids, seqs)
+                   if t not in self._by_id and (seq is None or len(seq) > no_event)]
+        if missing:
+            where = sorted({lab.source for lab in self._by_id.values() if lab.source}) or ["(in memory)"]
+            raise ForesightError(f"no golden labels for trace(s) {', '.join(map(str, missing[:5]))} in "
+                                 f"{', '.join(where[:3])}{' ...' if len(where) > 3 else ''}")
+        if sequences is not None:
+            check_label_tokens(self._by_id, zip(trace_ids, sequences))
+        if fingerprint is not None:
+            for t in dict.fromkeys(t for t in trace_ids if t in self._by_id):
+                lab = self._by_id[t]
+                check_same_model(lab.fingerprint, fingerprint, f"golden labels {lab.source or '(in memory)'} of "
+                                 f"trace {t!r}", fix="label the traces with this model (`foresight golden`)",
+                                 error=LabelMismatchError)
+
+    def reset(self, batch_size, num_layers, device, trace_ids=None, token_ids=None, fingerprint=None, **meta):
+        """``trace_ids`` pick the labels; ``token_ids`` (the rows' tokens) and ``fingerprint`` (the model's),
+        passed by :func:`foresight.replay`, are checked against what the labels were made from."""
         if trace_ids is None:
             raise ForesightError("the golden policy replays labels: pass trace_ids=[...] (one per row) to replay")
         trace_ids = list(trace_ids)
         if len(trace_ids) != batch_size:
             raise ForesightError(f"got {len(trace_ids)} trace_ids for a batch of {batch_size}")
-        missing = [t for t in trace_ids if t not in self._by_id]
-        if missing:
-            raise ForesightError(f"no golden labels for trace(s) {', '.join(map(str, missing[:5]))}")
-        self._rows = [self._by_id[t] for t in trace_ids]
+        self.check_traces(trace_ids, token_ids, fingerprint)
+        self._rows = [self._by_id.get(t) for t in trace_ids]  # None: a trace too short for any event
 
     def score(self, view):
         cand_pos = view.candidate_positions  # (batch, Hkv, C)
         scores = cand_pos.float().clone()  # recency fallback for rows whose trace has ended
         for b, lab in enumerate(self._rows):
-            if view.event >= len(lab.events):
+            if lab is None or view.event >= len(lab.events):
                 continue
             ev = lab.events[view.event]
             cand = ev.candidates[view.layer_idx].to(cand_pos.device)

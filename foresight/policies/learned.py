@@ -99,7 +99,9 @@ class LearnedPolicy(EvictionPolicy):
         cfg.pop("on_features", None)
         return cfg
 
-    def reset(self, batch_size, num_layers, device, num_groups: int = 1, **meta):
+    def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
+        if fingerprint is not None:  # the runtime passes the model's fingerprint: same check as every loader
+            self._scorer.check_compatible(fingerprint)
         self._scorer.check_shape(num_layers, num_groups=num_groups)
         self._scorer.to(device)
         self._extractor.reset(num_layers, num_groups)
@@ -115,7 +117,17 @@ class LearnedPolicy(EvictionPolicy):
         feats = self._extractor.features(view)
         if self.on_features is not None:
             self.on_features(view, feats)
-        return self._scorer(feats, layer_idx=view.layer_idx)
+        scores = self._scorer(feats, layer_idx=view.layer_idx)
+        live = view.valid[..., : view.num_candidates]
+        if not bool(torch.isfinite(scores).masked_fill(~live, True).all()):
+            from foresight.errors import ForesightError
+
+            raise ForesightError(
+                f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {view.event}, "
+                f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
+                "feature_mean/feature_std, or retrain it)"
+            )
+        return scores
 
     def select(self, scores, num_keep, view):
         if self.selection == "topk":
