@@ -1,23 +1,41 @@
-"""The budgeted KV cache: per-KV-head gather eviction with logical positions (DESIGN.md section 1).
+"""The budgeted KV cache: per-KV-head gather eviction with logical positions, and the one owner of the eviction rule.
 
 Storage is a transformers ``Cache`` whose layers hold keys/values of shape (batch, Hkv, n, d) plus, per entry,
 its logical position and a validity flag (False for left-padding). Eviction gathers kept indices *per KV head*:
 each head may keep different tokens, but every head and every layer keeps the same count, so SDPA keeps working
 with dense tensors and no ragged masks.
 
-The cache is also the switchboard between the model and the eviction policy: the ``"foresight"`` attention
-hook (:mod:`foresight.attention`) asks it for each layer's mask and hands it each layer's queries, which it
-forwards to the policy's :meth:`~foresight.policies.base.EvictionPolicy.observe`.
+The cache decides *and* performs evictions (DESIGN.md section 1, :mod:`foresight.schedule`): after every forward
+that leaves it holding ``B + W`` entries it scores the ``B`` oldest with its policy and gathers them down to ``B``.
+A forward that would cross an event point is fed in pieces cut at those points (chunked prefill), so a prompt of
+any length meets the same schedule as replay.
+
+It works inside ``model.generate`` too (kvpress-style drop-in)::
+
+    cache = BudgetedCache(model, policy="h2o", budget=128, interval=32)
+    model.generate(input_ids, past_key_values=cache, max_new_tokens=256)
+
+Building a cache for a model installs two forward hooks on it once (a no-op for any other cache): before a forward
+they declare the new tokens' logical positions and validity (from ``position_ids`` / ``attention_mask``), cut an
+over-long prefill at the event points and route attention through :mod:`foresight.attention` (which lets the
+policy observe post-RoPE queries and uses the cache's own mask); after it they fire the event when one is due.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from foresight.attention import attention_probs
+from foresight.attention import attention_configs, route, unroute
+from foresight.errors import ForesightError
+from foresight.models import check_supported, model_fingerprint, model_shape
+from foresight.policies import EvictionPolicy, make_policy
+from foresight.schedule import CacheConfig, next_event
+from foresight.views import EvictView, StepView, attention_probs, chunk_causal
+
+_HOOKED = "_foresight_hooks"
 
 
 class BudgetedLayer(DynamicLayer):
@@ -53,93 +71,71 @@ class BudgetedLayer(DynamicLayer):
         self.positions = self.valid = None
 
 
-@dataclass
-class StepView:
-    """What a policy sees of one layer during a forward step (read-only).
-
-    ``query`` holds the post-RoPE queries of the step's new tokens (batch, Hq, q, d); ``keys``/``values`` the
-    whole cache of the layer including the new tokens (batch, Hkv, n, d); ``positions``/``valid`` the per-entry
-    logical positions and validity (batch, Hkv, n); ``query_positions`` the new tokens' positions (batch, q).
-    """
-
-    layer_idx: int
-    query: torch.Tensor
-    keys: torch.Tensor
-    values: torch.Tensor
-    positions: torch.Tensor
-    valid: torch.Tensor
-    query_positions: torch.Tensor
-    mask: torch.Tensor | None
-    step: int
-    _probs: torch.Tensor | None = field(default=None, repr=False)
-
-    @property
-    def num_groups(self) -> int:
-        return self.query.shape[1] // self.keys.shape[1]
-
-    @property
-    def probs(self) -> torch.Tensor:
-        """fp32 attention of the new queries over the cache, (batch, Hkv, G, q, n); computed once, shared."""
-        if self._probs is None:
-            self._probs = attention_probs(self.query, self.keys, self.mask)
-        return self._probs
-
-
-@dataclass
-class EvictView:
-    """What a policy sees of one layer at an eviction event.
-
-    The candidates are the first ``num_candidates`` entries (everything but the newest ``interval``); the
-    policy returns one score per candidate, higher = keep. ``keys``/``values``/``positions``/``valid`` cover the
-    whole layer (batch, Hkv, n[, d]) so policies can use the protected window as context.
-    """
-
-    layer_idx: int
-    keys: torch.Tensor
-    values: torch.Tensor
-    positions: torch.Tensor
-    valid: torch.Tensor
-    num_candidates: int
-    num_keep: int
-    event: int
-    step: int
-
-    @property
-    def candidate_positions(self) -> torch.Tensor:
-        return self.positions[..., : self.num_candidates]
-
-
 class BudgetedCache(Cache):
-    """KV cache that evicts down to ``budget`` entries per (layer, KV head) under an eviction policy.
+    """KV cache that keeps at most ``budget + interval`` entries per (layer, KV head) under an eviction policy.
 
     Parameters
     ----------
-    num_layers
-        Decoder layers of the model.
+    model
+        The decoder the cache serves (its shape and attention are read; two forward hooks are installed once).
     policy
-        An :class:`~foresight.policies.base.EvictionPolicy`.
+        A registered policy name (``foresight policies``) or an :class:`EvictionPolicy` instance.
     budget, interval
         B and W of DESIGN.md section 1; ``budget=None`` never evicts.
     sinks
         The first ``sinks`` logical positions are never evicted.
+    protect_prompt
+        Never evict the first forward's tokens (the prompt); the budget applies on top of them.
+    policy_kwargs
+        Hyperparameters when ``policy`` is a name.
+    meta
+        Per-row context handed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
 
     def __init__(
         self,
-        num_layers: int,
-        policy,
-        budget: int | None,
-        interval: int | None,
+        model,
+        policy: str | EvictionPolicy = "full",
+        budget: int | None = None,
+        interval: int | None = None,
         sinks: int = 0,
-        num_groups: int = 1,
+        protect_prompt: bool = False,
+        policy_kwargs: dict | None = None,
+        **meta,
     ):
+        check_supported(model)
+        num_layers, hq, hkv = model_shape(model)
+        meta.setdefault("fingerprint", model_fingerprint(model))  # policies refuse artefacts of another model
+        self._setup(num_layers, hq // hkv, policy, CacheConfig(budget, interval, sinks, protect_prompt), policy_kwargs, meta)
+        install_hooks(model)
+
+    @classmethod
+    def from_shape(
+        cls, num_layers: int, num_groups: int, policy: str | EvictionPolicy, cfg: CacheConfig, **meta
+    ) -> "BudgetedCache":
+        """A cache driven by hand (:meth:`begin_step` / :meth:`end_step`), without a model: for tests and tools."""
+        cache = cls.__new__(cls)
+        cache._setup(num_layers, num_groups, policy, cfg, None, meta)
+        return cache
+
+    def _setup(self, num_layers, num_groups, policy, cfg: CacheConfig, policy_kwargs, meta) -> None:
         super().__init__(layers=[BudgetedLayer() for _ in range(num_layers)])
-        self.num_groups = num_groups
+        if isinstance(policy, str):
+            policy = make_policy(policy, **(policy_kwargs or {}))
+        elif policy_kwargs:
+            raise ValueError("policy_kwargs only apply to a policy given by name")
         self.policy = policy
-        self.budget = budget
-        self.interval = interval
-        self.sinks = sinks
+        self.config = cfg
+        self.num_groups = num_groups
+        self.budget = cfg.budget if policy.evicts else None
+        self.interval = cfg.interval
+        self.sinks = cfg.sinks
+        if self.budget is not None:
+            policy.check_cache(cfg.budget, cfg.interval)
+        self._meta = meta
+        self.offset = 0  # width of the protected prompt, set by the first forward when protect_prompt is on
         self.protect_len: torch.Tensor | None = None  # (batch,) positions below this are never evicted
+        self.fed = 0  # tokens fed so far (padding included): the clock of the schedule
         self.step = 0
         self.events = 0
         self.evicted_entries = 0
@@ -148,10 +144,27 @@ class BudgetedCache(Cache):
         self._step_valid: torch.Tensor | None = None
         self._has_padding = False
         self._shared_mask: tuple[tuple[int, int], torch.Tensor | None] | None = None
+        self._routed: list = []
 
-    # -- called by the runtime ----------------------------------------------------------------------------------
+    # -- the schedule -------------------------------------------------------------------------------------------
+    @property
+    def target(self) -> int | None:
+        """Entries kept after an event (``B``, plus the protected prompt's width)."""
+        return None if self.budget is None else self.budget + self.offset
+
+    def next_event(self) -> int | None:
+        """Token count at which the next event fires (None: never)."""
+        return next_event(self.fed, self.budget, self.interval, self.offset)
+
+    # -- one forward step ----------------------------------------------------------------------------------------
     def begin_step(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
         """Declare the logical positions (batch, q) and validity of the tokens the next forward appends."""
+        if self.fed == 0:
+            batch, q = positions.shape
+            self.policy.reset(batch, len(self.layers), positions.device, num_groups=self.num_groups, **self._meta)
+            if self.config.protect_prompt and self.budget is not None:
+                self.offset = q
+                self.protect_len = valid.sum(-1)
         self._step_pos = positions
         self._step_valid = valid
         self._shared_mask = None
@@ -159,21 +172,22 @@ class BudgetedCache(Cache):
             self._has_padding = True
 
     def end_step(self) -> None:
+        """Close the forward step; fire the eviction event when the cache holds ``target + W`` entries."""
         self.step += 1
+        self.fed += self._step_pos.shape[1]
         for i, layer in enumerate(self.layers):
             n = layer.get_seq_length()
             if n > self.peak_entries[i]:
                 self.peak_entries[i] = n
+        if self.budget is not None and self.length >= self.target + self.interval:
+            self._evict(self.target, min(self.interval, self.length - 1))
 
     @property
     def length(self) -> int:
+        """Entries held per (layer, KV head) now."""
         return self.layers[0].get_seq_length()
 
-    @property
-    def evicts(self) -> bool:
-        return self.budget is not None and getattr(self.policy, "evicts", True)
-
-    def evict(self, target: int, protected_newest: int) -> None:
+    def _evict(self, target: int, protected_newest: int) -> None:
         """Evict every layer down to ``target`` entries, never touching the newest ``protected_newest``."""
         n = self.length
         n_cand = n - protected_newest
@@ -223,18 +237,18 @@ class BudgetedCache(Cache):
                 return None
             if self._shared_mask is not None and self._shared_mask[0] == (q, n):
                 return self._shared_mask[1]
-            mask = _chunk_causal(q, n, layer.keys.device)[None, None]
+            mask = chunk_causal(q, n, layer.keys.device)[None, None]
             self._shared_mask = ((q, n), mask)
             return mask
         # Padding present: per-entry validity, causal inside the chunk; a query always sees itself so that
         # fully padded rows stay finite (their outputs are never used).
-        causal = _chunk_causal(q, n, layer.keys.device)
+        causal = chunk_causal(q, n, layer.keys.device)
         mask = layer.valid[:, :, None, :] & causal
         mask[..., torch.arange(q), torch.arange(n - q, n)] = True
         g = self.num_groups
         return mask.repeat_interleave(g, dim=1) if g > 1 else mask
 
-    def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None) -> None:
+    def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None, scaling=None) -> None:
         """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA."""
         if not getattr(self.policy, "observes", False):
             return
@@ -242,7 +256,7 @@ class BudgetedCache(Cache):
         q, n = query.shape[2], keys.shape[2]
         if mask is None and q > 1:
             # SDPA runs this step with is_causal=True and no mask; the policy's probabilities must be causal too.
-            mask = _chunk_causal(q, n, keys.device)[None, None]
+            mask = chunk_causal(q, n, keys.device)[None, None]
         view = StepView(
             layer_idx=layer_idx,
             query=query,
@@ -253,15 +267,17 @@ class BudgetedCache(Cache):
             query_positions=self._step_pos,
             mask=mask,
             step=self.step,
+            scaling=scaling,
         )
         self.policy.observe(view)
 
     # -- transformers Cache API -----------------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.layers[layer_idx].get_seq_length()
+        """Tokens fed so far (evicted ones included): what transformers counts positions from."""
+        return self.fed
 
     def get_mask_sizes(self, query_length: int, layer_idx: int = 0) -> tuple[int, int]:
-        return self.get_seq_length(layer_idx) + query_length, 0
+        return self.layers[layer_idx].get_seq_length() + query_length, 0
 
     def stats(self) -> dict:
         """Cache statistics: peak entries per layer, eviction events, evicted entries (summed over heads)."""
@@ -273,8 +289,115 @@ class BudgetedCache(Cache):
         }
 
 
-def _chunk_causal(q: int, n: int, device) -> torch.Tensor:
-    """(q, n) mask: the q newest entries are the queries themselves (causal), older entries all visible."""
-    j = torch.arange(n, device=device)
-    i = torch.arange(q, device=device)
-    return j[None, :] <= (n - q + i)[:, None]
+# ----------------------------------------------------------------------------------------------------------------
+# Forward hooks: how the cache drives a model's forward, ours or transformers' generate
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def install_hooks(model) -> None:
+    """Install the cache's forward hooks on ``model`` once; they act only when a :class:`BudgetedCache` is passed."""
+    if getattr(model, _HOOKED, None) is not None:
+        return
+    configs = attention_configs(model)
+    pre = model.register_forward_pre_hook(
+        lambda module, args, kwargs: _before_forward(module, configs, args, kwargs), with_kwargs=True
+    )
+    post = model.register_forward_hook(_after_forward, with_kwargs=True, always_call=True)
+    setattr(model, _HOOKED, (pre, post))
+
+
+def _step_inputs(cache: BudgetedCache, ids: torch.Tensor, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logical positions and validity (batch, q) of a forward's new tokens, from its keyword arguments."""
+    batch, q = ids.shape[:2]
+    mask = kwargs.get("attention_mask")
+    if mask is not None and mask.dim() != 2:
+        raise ForesightError("BudgetedCache needs a 2-D attention_mask (batch, tokens) or none")
+    valid = torch.ones(batch, q, dtype=torch.bool, device=ids.device) if mask is None else mask[:, -q:].bool()
+    positions = kwargs.get("position_ids")
+    if positions is None:
+        if mask is not None:
+            positions = (mask.long().cumsum(-1) - 1).clamp_(min=0)[:, -q:]
+        else:
+            positions = (torch.arange(q, device=ids.device) + cache.fed)[None].expand(batch, -1)
+    return positions, valid
+
+
+def _before_forward(model, configs, args, kwargs):
+    cache = kwargs.get("past_key_values")
+    if not isinstance(cache, BudgetedCache):
+        return None
+    ids = kwargs.get("input_ids", args[0] if args else None)
+    if ids is None:
+        ids = kwargs["inputs_embeds"]
+    if args:
+        kwargs["input_ids"], args = args[0], args[1:]
+    q = ids.shape[1]
+    event = cache.next_event()
+    if event is not None and cache.fed + q > event:
+        kwargs = _prefill_in_pieces(model, cache, kwargs, q)
+    positions, valid = _step_inputs(cache, kwargs.get("input_ids", kwargs.get("inputs_embeds")), kwargs)
+    kwargs["position_ids"] = positions
+    kwargs["use_cache"] = True
+    cache.begin_step(positions, valid)
+    cache._routed.append(route(configs, cache))
+    return args, kwargs
+
+
+def _prefill_in_pieces(model, cache: BudgetedCache, kwargs: dict, q: int) -> dict:
+    """Feed all but the last schedule piece of an over-long forward; return the kwargs of the last piece.
+
+    Only the last piece's logits come back, so this is allowed when the caller asks for the last position's
+    logits only (``logits_to_keep=1``, as ``generate`` does); feed pieces yourself (:func:`foresight.replay`)
+    to get logits of every position.
+    """
+    if kwargs.get("logits_to_keep") != 1:
+        raise ForesightError(
+            f"a forward of {q} tokens would cross the eviction event at token {cache.next_event()} "
+            f"(B={cache.budget}, W={cache.interval}); pass logits_to_keep=1 (as generate does) or feed it in "
+            "pieces with foresight.replay"
+        )
+    key = "input_ids" if kwargs.get("input_ids") is not None else "inputs_embeds"
+    seq = kwargs[key]
+    mask = kwargs.get("attention_mask")
+    positions, _ = _step_inputs(cache, seq, kwargs)
+    start = cache.fed
+    end = start + q
+    # The first forward of a protected prompt is never cut: its tokens are never evicted.
+    pieces = [] if cache.config.protect_prompt and start == 0 else _cut_points(cache, start, end)
+    if not pieces:
+        return kwargs
+    fixed = {k: v for k, v in kwargs.items() if k not in (key, "attention_mask", "position_ids", "cache_position")}
+    for a, b in pieces[:-1]:
+        piece = {key: seq[:, a - start : b - start], "position_ids": positions[:, a - start : b - start]}
+        if mask is not None:
+            piece["attention_mask"] = mask[:, : mask.shape[1] - (end - b)]
+        model(**fixed, **piece)
+    a = pieces[-1][0]
+    kwargs = {**fixed, key: seq[:, a - start :], "position_ids": positions[:, a - start :]}
+    if mask is not None:
+        kwargs["attention_mask"] = mask
+    return kwargs
+
+
+def _cut_points(cache: BudgetedCache, start: int, end: int) -> list[tuple[int, int]]:
+    """Token ranges that split ``[start, end)`` at the cache's event points (one range when none is crossed)."""
+    cuts, pos = [], start
+    while pos < end:
+        event = next_event(pos, cache.budget, cache.interval, cache.offset)
+        stop = end if event is None else min(event, end)
+        cuts.append((pos, stop))
+        pos = stop
+    return cuts
+
+
+def _after_forward(model, args, kwargs, output: Any):
+    cache = kwargs.get("past_key_values")
+    if not isinstance(cache, BudgetedCache) or not cache._routed:
+        return None
+    unroute(cache._routed.pop())
+    if output is not None:  # None when the forward raised (always_call): leave the cache as it is
+        cache.end_step()
+    return None
+
+
+__all__ = ["BudgetedCache", "BudgetedLayer", "EvictView", "StepView", "attention_probs", "install_hooks"]

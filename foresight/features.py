@@ -45,7 +45,7 @@ from typing import Callable
 
 import torch
 
-from foresight.cache import EvictView, StepView
+from foresight.views import EvictView, StepView
 
 #: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
 SHORT_WINDOWS = (32, 16, 8)

@@ -238,8 +238,6 @@ def load_model(
     (model, tokenizer)
         The model is in eval mode with gradients disabled; the tokenizer pads on the left.
     """
-    from foresight.runtime import check_supported
-
     register_attention()
     device = torch.device(device) if device is not None else default_device()
     if isinstance(dtype, str):
@@ -283,6 +281,38 @@ def load_model(
     return model, tokenizer
 
 
+#: Model types whose attention layers call ``past_key_values.update`` and the attention interface with
+#: post-RoPE queries (the contract the budgeted cache relies on). Sliding-window layers are not supported.
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+
+
+class UnsupportedModelError(ForesightError, ValueError):
+    pass
+
+
+def check_supported(model) -> None:
+    """Raise :class:`UnsupportedModelError` unless the budgeted cache can drive ``model``'s KV cache."""
+    cfg = model.config
+    if cfg.model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"model type {cfg.model_type!r} is not supported by the budgeted runtime; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} (decoder-only, full attention, RoPE, dense KV cache)"
+        )
+    layer_types = getattr(cfg, "layer_types", None) or []
+    if any(t != "full_attention" for t in layer_types):
+        raise UnsupportedModelError(
+            f"{cfg.model_type} with layer types {sorted(set(layer_types))}: only full-attention layers are "
+            "supported (sliding-window and linear-attention layers have their own cache layout)"
+        )
+
+
+def model_shape(model) -> tuple[int, int, int]:
+    """(layers, query heads, KV heads) of a model."""
+    cfg = model.config
+    hq = cfg.num_attention_heads
+    return cfg.num_hidden_layers, hq, getattr(cfg, "num_key_value_heads", None) or hq
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
@@ -304,6 +334,10 @@ def model_fingerprint(model) -> dict:
 
 __all__ = [
     "ATTN_IMPLEMENTATION",
+    "SUPPORTED_MODEL_TYPES",
+    "UnsupportedModelError",
+    "check_supported",
+    "model_shape",
     "DEFAULT_MODEL",
     "ModelLoadError",
     "build_tiny_model",

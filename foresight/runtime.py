@@ -1,16 +1,13 @@
 """The one decoding engine: budgeted generation and chunked teacher-forced replay (DESIGN.md section 1).
 
-Eviction semantics, defined once here and used by every job (generation, golden labelling, training rollouts,
-fidelity evaluation):
+Both drive a :class:`~foresight.cache.BudgetedCache`, which owns the eviction rule (when and what to evict, see
+:mod:`foresight.schedule`); this module only feeds tokens:
 
-* Budget ``B`` entries per (layer, KV head) after an eviction, interval ``W`` new tokens between evictions.
-* An event fires when the cache holds ``B + W`` entries. The candidates are the oldest ``B`` entries (all but
-  the protected newest ``W``); the policy scores them and the ``W`` lowest-scoring are evicted, so the cache
-  returns to exactly ``B``. A prompt longer than ``B`` is compressed the same way right after prefill.
-* New tokens always get their *logical* position (their index in the sequence), never the cache length; keys
-  keep the RoPE phase they were written with.
-* Replay feeds a fixed token sequence in pieces of at most ``W`` tokens that never straddle an event, so it
-  evicts at exactly the same points as token-by-token decoding does; see :func:`replay_schedule`.
+* :func:`generate` prefills the prompt in one call (the cache cuts it at the event points) and decodes token by
+  token, greedy or sampled, batch and left padding included;
+* :func:`replay` feeds a fixed sequence in the pieces of :func:`~foresight.schedule.replay_schedule` (at most
+  ``W`` tokens, never straddling an event) and records per-token cross-entropy and entropy. With ``chunk=1`` it is
+  token-by-token decoding; generation and replay of the same tokens evict at the same points.
 """
 
 from __future__ import annotations
@@ -21,102 +18,27 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from foresight.attention import activate
 from foresight.cache import BudgetedCache
-from foresight.errors import ForesightError
+from foresight.models import SUPPORTED_MODEL_TYPES, UnsupportedModelError, check_supported, model_shape
 from foresight.policies import EvictionPolicy, make_policy
-
-#: Model types whose attention layers call ``past_key_values.update`` and the attention interface with
-#: post-RoPE queries (the contract the runtime relies on). Sliding-window layers are not supported.
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
-
-
-class UnsupportedModelError(ForesightError, ValueError):
-    pass
-
-
-def check_supported(model) -> None:
-    """Raise :class:`UnsupportedModelError` unless the runtime can drive ``model``'s KV cache."""
-    cfg = model.config
-    if cfg.model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model type {cfg.model_type!r} is not supported by the budgeted runtime; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} (decoder-only, full attention, RoPE, dense KV cache)"
-        )
-    layer_types = getattr(cfg, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types):
-        raise UnsupportedModelError(
-            f"{cfg.model_type} with layer types {sorted(set(layer_types))}: only full-attention layers are "
-            "supported (sliding-window and linear-attention layers have their own cache layout)"
-        )
-
-
-@dataclass(frozen=True)
-class CacheConfig:
-    """Budget ``B``, interval ``W``, sink tokens and prompt protection, validated on construction.
-
-    ``budget=None`` means an unbounded cache (the ``full`` reference).
-    """
-
-    budget: int | None = None
-    interval: int | None = None
-    sinks: int = 0
-    protect_prompt: bool = False
-
-    def __post_init__(self):
-        if self.budget is None:
-            return
-        if not isinstance(self.budget, int) or self.budget <= 0:
-            raise ValueError(f"budget must be a positive integer, got {self.budget!r}")
-        if self.interval is None:
-            object.__setattr__(self, "interval", max(1, self.budget // 4))
-        if not isinstance(self.interval, int) or self.interval <= 0:
-            raise ValueError(f"interval must be a positive integer, got {self.interval!r}")
-        if self.interval >= self.budget:
-            raise ValueError(
-                f"interval ({self.interval}) must be smaller than budget ({self.budget}): the newest W entries "
-                "are protected, so the budget must leave room for candidates to keep"
-            )
-        if self.sinks < 0 or self.sinks > self.budget - self.interval:
-            raise ValueError(f"sinks must be in [0, budget - interval], got {self.sinks}")
-
-
-def model_shape(model) -> tuple[int, int, int]:
-    """(layers, query heads, KV heads) of a model."""
-    cfg = model.config
-    hq = cfg.num_attention_heads
-    return cfg.num_hidden_layers, hq, getattr(cfg, "num_key_value_heads", None) or hq
+from foresight.schedule import CacheConfig, replay_schedule
 
 
 def resolve_policy(policy: str | EvictionPolicy, **policy_kwargs) -> EvictionPolicy:
     return make_policy(policy, **policy_kwargs) if isinstance(policy, str) else policy
 
 
-def new_cache(model, policy: EvictionPolicy, cfg: CacheConfig, batch_size: int, **meta) -> BudgetedCache:
-    """A fresh :class:`BudgetedCache` for ``model`` with ``policy`` reset for ``batch_size`` rows."""
-    check_supported(model)
-    num_layers, hq, hkv = model_shape(model)
-    budget = cfg.budget if policy.evicts else None
-    if budget is not None:
-        policy.check_cache(cfg.budget, cfg.interval)
-    from foresight.models import model_fingerprint  # the policy refuses artefacts made for another model
-
-    policy.reset(batch_size, num_layers, model.device, num_groups=hq // hkv, fingerprint=model_fingerprint(model),
-                 **meta)
-    return BudgetedCache(num_layers, policy, budget, cfg.interval, sinks=cfg.sinks, num_groups=hq // hkv)
-
-
-def _forward(model, cache: BudgetedCache, input_ids, positions, valid, logits_to_keep: int = 0):
-    cache.begin_step(positions, valid)
+def _forward(model, cache: BudgetedCache, input_ids, positions, attention_mask=None, logits_to_keep: int = 0):
     out = model(
         input_ids=input_ids,
         position_ids=positions,
+        attention_mask=attention_mask,
         past_key_values=cache,
         use_cache=True,
         logits_to_keep=logits_to_keep,
     )
-    cache.end_step()
     return out.logits
 
 
@@ -142,8 +64,6 @@ class GenerationResult:
 
 
 def _sampling_processors(temperature: float, top_k: int, top_p: float):
-    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
-
     procs = LogitsProcessorList()
     if temperature != 1.0:
         procs.append(TemperatureLogitsWarper(temperature))
@@ -215,16 +135,12 @@ def generate(
         raise ValueError(f"temperature must be > 0 when sampling, got {temperature}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    cfg = CacheConfig(budget, interval, sinks, protect_prompt)
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     device = model.device
     input_ids, attn = _encode_prompts(tokenizer, prompts, device)
     batch, plen = input_ids.shape
     prompt_lengths = attn.sum(-1).tolist()
-    cache = new_cache(model, policy, cfg, batch)
-    if cache.budget is not None and protect_prompt:
-        cache.protect_len = attn.sum(-1)
-        cache.budget = cfg.budget + plen
+    cache = BudgetedCache(model, policy, budget, interval, sinks, protect_prompt)
     eos = eos_token_ids(model, tokenizer) if stop_on_eos else set()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen = torch.Generator(device=device)
@@ -237,41 +153,37 @@ def generate(
         row_gens = [torch.Generator(device=device).manual_seed(int(s)) for s in seed]
     procs = _sampling_processors(temperature, top_k, top_p) if do_sample else None
 
-    with activate(model, cache):
-        positions = (attn.long().cumsum(-1) - 1).clamp_(min=0)
-        logits = _forward(model, cache, input_ids, positions, attn.bool(), logits_to_keep=1)
-        if cache.budget is not None and cache.length > cache.budget:
-            cache.evict(cache.budget, min(cfg.interval, cache.length - 1))
-        next_pos = positions[:, -1] + 1
-        out = input_ids
-        finished = torch.zeros(batch, dtype=torch.bool, device=device)
-        eos_t = torch.tensor(sorted(eos), device=device) if eos else None
-        ones = torch.ones(batch, 1, dtype=torch.bool, device=device)
-        bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
-        for step in range(max_new_tokens):
-            scores = logits[:, -1, :].float()
-            if do_sample:
-                scores = procs(out, scores)
-                probs = torch.softmax(scores, dim=-1)
-                if row_gens is None:
-                    token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-                else:
-                    rows = [torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(row_gens)]
-                    token = torch.cat(rows).squeeze(1)
+    positions = (attn.long().cumsum(-1) - 1).clamp_(min=0)
+    logits = _forward(model, cache, input_ids, positions, attn, logits_to_keep=1)
+    next_pos = positions[:, -1] + 1
+    out = input_ids
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    eos_t = torch.tensor(sorted(eos), device=device) if eos else None
+    ones = torch.ones(batch, 1, dtype=attn.dtype, device=device)
+    bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
+    for step in range(max_new_tokens):
+        scores = logits[:, -1, :].float()
+        if do_sample:
+            scores = procs(out, scores)
+            probs = torch.softmax(scores, dim=-1)
+            if row_gens is None:
+                token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
             else:
-                token = scores.argmax(dim=-1)
-            token = torch.where(finished, torch.full_like(token, pad_id), token)
-            out = torch.cat([out, token[:, None]], dim=-1)
-            if eos_t is not None:
-                finished |= torch.isin(token, eos_t)
-            bar.update(1)
-            if step == max_new_tokens - 1 or bool(finished.all()):
-                break
-            logits = _forward(model, cache, token[:, None], next_pos[:, None], ones)
-            next_pos = next_pos + 1
-            if cache.budget is not None and cache.length >= cache.budget + cfg.interval:
-                cache.evict(cache.budget, cfg.interval)
-        bar.close()
+                rows = [torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(row_gens)]
+                token = torch.cat(rows).squeeze(1)
+        else:
+            token = scores.argmax(dim=-1)
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        out = torch.cat([out, token[:, None]], dim=-1)
+        if eos_t is not None:
+            finished |= torch.isin(token, eos_t)
+        bar.update(1)
+        if step == max_new_tokens - 1 or bool(finished.all()):
+            break
+        attn = torch.cat([attn, ones], dim=-1)
+        logits = _forward(model, cache, token[:, None], next_pos[:, None], attn)
+        next_pos = next_pos + 1
+    bar.close()
 
     token_ids = []
     for row in out[:, plen:].tolist():
@@ -282,7 +194,7 @@ def generate(
                 break
         token_ids.append(ids)
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    stats = {**cache.stats(), "policy": policy.name, "budget": cfg.budget, "interval": cfg.interval}
+    stats = {**cache.stats(), "policy": policy.name, "budget": budget, "interval": cache.interval}
     return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
 
 
@@ -299,28 +211,6 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 # ----------------------------------------------------------------------------------------------------------------
 # Chunked teacher-forced replay
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def replay_schedule(length: int, budget: int | None, interval: int | None, chunk: int | None = None):
-    """Pieces ``(start, end, evict_after)`` in which replay feeds a sequence of ``length`` tokens.
-
-    Pieces hold at most ``chunk`` tokens (default ``W``) and end exactly where decoding would evict: the first
-    event after token ``B + W``, then every ``W`` tokens. Golden labelling uses the same schedule, so the
-    oracle's blocks and the replay's events coincide.
-    """
-    if budget is None:
-        step = chunk or interval or 64
-        return [(s, min(s + step, length), False) for s in range(0, length, step)]
-    chunk = chunk or interval
-    pieces, pos, next_event = [], 0, budget + interval
-    while pos < length:
-        end = min(pos + chunk, next_event, length)
-        fire = end == next_event
-        pieces.append((pos, end, fire))
-        if fire:
-            next_event += interval
-        pos = end
-    return pieces
 
 
 @dataclass
@@ -372,7 +262,6 @@ def replay(
     meta
         Passed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
-    cfg = CacheConfig(budget, interval, sinks)
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     device = model.device
     if isinstance(sequences, torch.Tensor):
@@ -386,34 +275,26 @@ def replay(
         ids = torch.tensor([list(s) + [pad_token_id] * (width - len(s)) for s in sequences], device=device)
     batch, n = ids.shape
     # the rows' real tokens reach the policy too: the golden policy checks them against its labels' token hashes
-    cache = new_cache(model, policy, cfg, batch, token_ids=[ids[b, : lengths[b]] for b in range(batch)], **meta)
+    cache = BudgetedCache(model, policy, budget, interval, sinks,
+                          token_ids=[ids[b, : lengths[b]] for b in range(batch)], **meta)
     ce = torch.full((batch, max(n - 1, 0)), float("nan"))
     ent = torch.full_like(ce, float("nan"))
-    pieces = replay_schedule(n, cache.budget, cfg.interval, chunk)
+    pieces = replay_schedule(n, cache.budget, cache.interval, chunk)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
-    with activate(model, cache):
-        for start, end, fire in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
-            logits = _forward(
-                model,
-                cache,
-                ids[:, start:end],
-                positions_all[:, start:end],
-                torch.ones(batch, end - start, dtype=torch.bool, device=device),
-            ).float()
-            if on_logits is not None:
-                on_logits(start, end, logits)
-            stop = min(end, n - 1)
-            if stop > start:
-                lp = torch.log_softmax(logits[:, : stop - start], dim=-1)
-                target = ids[:, start + 1 : stop + 1]
-                ce[:, start:stop] = -lp.gather(-1, target[..., None]).squeeze(-1).cpu()
-                ent[:, start:stop] = -(lp.exp() * lp).sum(-1).cpu()
-            if fire:
-                cache.evict(cache.budget, cfg.interval)
+    for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
+        logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end]).float()
+        if on_logits is not None:
+            on_logits(start, end, logits)
+        stop = min(end, n - 1)
+        if stop > start:
+            lp = torch.log_softmax(logits[:, : stop - start], dim=-1)
+            target = ids[:, start + 1 : stop + 1]
+            ce[:, start:stop] = -lp.gather(-1, target[..., None]).squeeze(-1).cpu()
+            ent[:, start:stop] = -(lp.exp() * lp).sum(-1).cpu()
     for b, length in enumerate(lengths):
         ce[b, max(length - 1, 0) :] = float("nan")
         ent[b, max(length - 1, 0) :] = float("nan")
-    stats = {**cache.stats(), "policy": policy.name, "budget": cfg.budget, "interval": cfg.interval}
+    stats = {**cache.stats(), "policy": policy.name, "budget": budget, "interval": cache.interval}
     return ReplayResult(ce, ent, lengths, stats)
 
 

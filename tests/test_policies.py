@@ -16,7 +16,7 @@ import foresight
 from foresight.cache import BudgetedCache, EvictView
 from foresight.policies import POLICIES, make_policy, policy_names
 from foresight.policies._common import pool1d
-from foresight.runtime import replay_schedule
+from foresight.schedule import CacheConfig, replay_schedule
 from tests.conftest import TINY, get_model
 
 B, W = 16, 8
@@ -138,17 +138,15 @@ def drive(policy, keys, queries, budget=B, interval=W, values=None, chunk=1, sin
     """Feed synthetic keys/queries through a one-layer BudgetedCache the way replay does; return the cache."""
     b, _, n, d = keys.shape
     values = torch.randn(b, HKV, n, d, generator=torch.Generator().manual_seed(0)) if values is None else values
-    policy.reset(b, 1, torch.device("cpu"), num_groups=G)
-    policy.check_cache(budget, interval)
-    cache = BudgetedCache(1, policy, budget, interval, sinks=sinks, num_groups=G)
+    cache = BudgetedCache.from_shape(1, G, policy, CacheConfig(budget, interval, sinks))
     for start, end, fire in replay_schedule(n, budget, interval, chunk):
         pos = torch.arange(start, end)[None].expand(b, -1)
         cache.begin_step(pos, torch.ones(b, end - start, dtype=torch.bool))
         k, v = cache.update(keys[:, :, start:end], values[:, :, start:end], 0)
         cache.observe(0, queries[:, :, start:end], k, v, cache.attention_mask(0, end - start, k.dtype))
-        cache.end_step()
-        if fire:
-            cache.evict(budget, interval)
+        events = cache.events
+        cache.end_step()  # the cache fires the event itself, exactly where the schedule says
+        assert cache.events == events + fire
     return cache
 
 

@@ -95,16 +95,19 @@ def test_long_generation_stays_bounded(tiny_llama):
     assert res.stats["final_entries"] <= 40
 
 
-def test_prompt_longer_than_budget_is_compressed_at_prefill(tiny_llama):
+def test_prompt_longer_than_budget_is_prefilled_in_schedule_pieces(tiny_llama):
+    """A long prompt is cut at the event points B+W, B+2W, ... (chunked prefill), like replay cuts it."""
     model, tok = tiny_llama
     policy = RecordingPolicy()
     prompt = "a long prompt " * 6
     res = foresight.generate(model, tok, [prompt], policy=policy, budget=16, interval=4, max_new_tokens=3)
     plen = res.prompt_lengths[0]
-    assert plen > 16
-    assert policy.lengths[0] == plen  # prefill saw the whole prompt
-    assert policy.lengths[1] == 17  # compressed to B, then one decoded token appended
-    assert policy.cache_pos[1][0, 0, -1].item() == plen  # logical position of the first generated token
+    assert plen > 16 + 4
+    fired = [e for _, e, f in replay_schedule(plen, 16, 4, chunk=plen) if f]
+    # prefill pieces: [0, 20), then one W-piece per event, then the tail; each piece sees B + its own tokens
+    assert policy.lengths[0] == 20 and policy.lengths[1 : len(fired)] == [20] * (len(fired) - 1)
+    assert res.stats["evictions"] == len(fired) + (plen + 2 >= fired[-1] + 4)
+    assert policy.cache_pos[-1][0, 0, -1].item() == plen + 1  # logical position of the last fed token
 
 
 def test_batch_generation_with_padding_and_budget(tiny):

@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from foresight.cache import EvictView, StepView
+from foresight.views import EvictView, StepView
 
 
 @dataclass

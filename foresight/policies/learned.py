@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from foresight.cache import EvictView, StepView
+from foresight.views import EvictView, StepView
 from foresight.policies.base import EvictionPolicy, check_range
 from foresight.policies.registry import register_policy
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, ClassVar
 
 import torch
 
-from foresight.cache import EvictView, StepView
+from foresight.views import EvictView, StepView
 from foresight.policies.base import EvictionPolicy
 
 EventHook = Callable[[EvictView, torch.Tensor], None]

@@ -1,0 +1,111 @@
+"""What a policy sees: read-only views of one layer at a forward step and at an eviction event.
+
+This module sits at the bottom of the house: the cache builds these views, the ``"foresight"`` attention function
+hands queries to the cache, and policies and the feature extractor read the views. It imports nothing from the
+package, so none of them has to import another to share these types.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+def attention_probs(
+    query: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor | None, scaling: float | None = None
+) -> torch.Tensor:
+    """Softmax attention of ``query`` over ``keys`` in fp32, grouped by KV head.
+
+    Parameters
+    ----------
+    query
+        (batch, Hq, q, d) post-RoPE queries.
+    keys
+        (batch, Hkv, n, d) cached keys.
+    mask
+        Boolean (batch, 1 or Hq, q, n) mask, True = may attend; None = attend everywhere.
+    scaling
+        The attention module's own logit scale (``module.scaling``); ``d**-0.5`` when not given.
+
+    Returns
+    -------
+    torch.Tensor
+        (batch, Hkv, G, q, n) attention probabilities, G = Hq / Hkv.
+    """
+    b, hq, q, d = query.shape
+    hkv, n = keys.shape[1], keys.shape[2]
+    g = hq // hkv
+    scale = scaling if scaling is not None else d**-0.5
+    qg = (query.float() * scale).reshape(b, hkv, g * q, d)  # scale the q rows, not the (q, n) logits
+    logits = torch.matmul(qg, keys.float().transpose(-1, -2)).view(b, hkv, g, q, n)
+    if mask is None:  # no row can be fully masked
+        return torch.softmax(logits, dim=-1)
+    mb = mask.shape[0]  # 1 for the shared chunk-causal mask, b for per-row padding masks
+    m = mask.view(mb, 1, 1, q, n) if mask.shape[1] == 1 else mask.view(mb, hkv, g, q, n)
+    return torch.softmax(logits.masked_fill(~m, float("-inf")), dim=-1).nan_to_num_(0.0)
+
+
+def chunk_causal(q: int, n: int, device) -> torch.Tensor:
+    """(q, n) mask: the q newest entries are the queries themselves (causal), older entries all visible."""
+    j = torch.arange(n, device=device)
+    i = torch.arange(q, device=device)
+    return j[None, :] <= (n - q + i)[:, None]
+
+
+@dataclass
+class StepView:
+    """What a policy sees of one layer during a forward step (read-only).
+
+    ``query`` holds the post-RoPE queries of the step's new tokens (batch, Hq, q, d); ``keys``/``values`` the
+    whole cache of the layer including the new tokens (batch, Hkv, n, d); ``positions``/``valid`` the per-entry
+    logical positions and validity (batch, Hkv, n); ``query_positions`` the new tokens' positions (batch, q);
+    ``scaling`` the attention module's logit scale.
+    """
+
+    layer_idx: int
+    query: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    query_positions: torch.Tensor
+    mask: torch.Tensor | None
+    step: int
+    scaling: float | None = None
+    _probs: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def num_groups(self) -> int:
+        return self.query.shape[1] // self.keys.shape[1]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """fp32 attention of the new queries over the cache, (batch, Hkv, G, q, n); computed once, shared."""
+        if self._probs is None:
+            self._probs = attention_probs(self.query, self.keys, self.mask, self.scaling)
+        return self._probs
+
+
+@dataclass
+class EvictView:
+    """What a policy sees of one layer at an eviction event.
+
+    The candidates are the first ``num_candidates`` entries (everything but the newest ``interval``); the
+    policy returns one score per candidate, higher = keep. ``keys``/``values``/``positions``/``valid`` cover the
+    whole layer (batch, Hkv, n[, d]) so policies can use the protected window as context.
+    """
+
+    layer_idx: int
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    num_candidates: int
+    num_keep: int
+    event: int
+    step: int
+
+    @property
+    def candidate_positions(self) -> torch.Tensor:
+        return self.positions[..., : self.num_candidates]
