@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from foresight.errors import ForesightError
+from tests.test_grpo_train import tiny_grpo  # noqa: F401  (a fixture)
 from tests.test_sl import B, REPO, W, _cfg, _make_data
 from training import checkpoint as ckpt
 
@@ -261,7 +262,8 @@ def test_kill_during_the_final_checkpoint_write_resumes_to_the_same_weights(tiny
         "sys.exit(main(sys.argv[1:]))\n"
     )
     launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")  # set by this process's own runs
-    env = {**{k: v for k, v in os.environ.items() if k not in launcher}, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env = {k: v for k, v in os.environ.items() if k not in launcher}
+    env.update(DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", script, *_cli(tiny_data, out)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 9, proc.stderr[-3000:]
@@ -347,3 +349,27 @@ def test_two_rank_zero2_resume_equals_uninterrupted(tiny_data, tmp_path):
     a, b = _weights(tmp_path / "full" / "scorer"), _weights(tmp_path / "part" / "scorer")
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
+
+
+
+def test_grpo_resume_refuses_another_init_scorer_or_temperature(tiny_grpo, tmp_path):
+    import shutil
+
+    from foresight.scorer import Scorer
+    from tests.conftest import get_model
+    from tests.test_grpo_train import _cfg as grpo_cfg
+    from training.grpo import run_grpo
+
+    root = tmp_path / "data"
+    shutil.copytree(tiny_grpo, root)  # the fixture is shared: its scorer is changed below
+    model, _ = get_model("tiny-llama")
+    out = tmp_path / "run"
+    run_grpo(grpo_cfg(root, out, checkpoint_every=2, max_steps_per_run=2, eval_before=False), model=model)
+    with pytest.raises(ForesightError, match=r"temperature=1\.0, this run asks temperature=0\.5; differing: temper"):
+        run_grpo(grpo_cfg(root, out, checkpoint_every=2, temperature=0.5), resume=True, model=model)
+    sc = Scorer.from_pretrained(root / "scorer")
+    with torch.no_grad():
+        next(sc.parameters()).add_(0.1)
+    sc.save_pretrained(root / "scorer")  # same path, other weights
+    with pytest.raises(ForesightError, match=r"differing: init_scorer, ref_scorer"):
+        run_grpo(grpo_cfg(root, out, checkpoint_every=2), resume=True, model=model)
