@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Callable
 
+import golden  # noqa: F401  (registers the "golden" policy)
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names

@@ -21,6 +21,7 @@ import sys
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
+import golden  # noqa: F401  (registers the "golden" policy)
 from foresight.errors import ForesightError
 
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback

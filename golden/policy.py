@@ -2,6 +2,9 @@
 
 ForesightKV's Golden Eviction oracle (DESIGN.md section 3); labels come from ``foresight golden``
 (:mod:`golden.oracle`). Replaying them gives the golden loss ratio that learned policies chase.
+
+The policy reads labels, so it lives with them above the library: importing :mod:`golden` registers it under
+the name ``golden`` (the library's policy registry never imports upward).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from typing import Any
 import torch
 
 from foresight.errors import ForesightError
+from foresight.fingerprint import check_same_model
 from foresight.policies.base import EvictionPolicy
 from foresight.policies.registry import register_policy
+from golden.labels import LabelMismatchError, TraceLabels, check_label_tokens, load_labels
 
 
 @register_policy
@@ -36,8 +41,6 @@ class GoldenPolicy(EvictionPolicy):
     _by_id: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
-        from golden.labels import TraceLabels, load_labels
-
         labels = self.labels
         if labels is None:
             raise ValueError("the golden policy needs labels=<dict, list of TraceLabels or path>")
@@ -56,8 +59,6 @@ class GoldenPolicy(EvictionPolicy):
         return {"labels": f"<{len(self._by_id)} traces>"}
 
     def check_cache(self, budget, interval):
-        from golden.labels import LabelMismatchError
-
         if {(budget, interval)} != self._settings:
             have = ", ".join(f"B={b} W={w}" for b, w in sorted(self._settings))
             raise LabelMismatchError(f"golden labels were made for {have}; this replay uses B={budget} W={interval}")
@@ -65,9 +66,6 @@ class GoldenPolicy(EvictionPolicy):
     def check_traces(self, trace_ids, sequences=None, fingerprint=None) -> None:
         """Raise unless every trace has labels, computed from exactly its token ids (``sequences``, by token
         hash) and with the model of ``fingerprint``; callers may run it up front to fail before any compute."""
-        from foresight.fingerprint import check_same_model
-        from golden.labels import LabelMismatchError, check_label_tokens
-
         trace_ids = list(trace_ids)
         seqs = list(sequences) if sequences is not None else [None] * len(trace_ids)
         # `foresight golden` labels no trace of at most B + W tokens (no event fires before it ends)

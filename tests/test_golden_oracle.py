@@ -11,7 +11,7 @@ import torch
 from foresight import replay, replay_schedule
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
-from foresight.policies.golden import GoldenPolicy
+from golden.policy import GoldenPolicy
 from golden.labels import (EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, save_labels,
                            token_hash)
 from golden.oracle import block_attention, greedy_schedule, label_trace

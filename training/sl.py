@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm.auto import tqdm
 
+import golden  # noqa: F401  (registers the "golden" policy)
 from foresight.errors import ForesightError
 from foresight.policies.registry import check_policy_names
 from training.loop import TrainerConfig

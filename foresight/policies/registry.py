@@ -24,8 +24,17 @@ class UnknownPolicyError(ValueError):
     pass
 
 
+#: Policies registered by packages above the library, and the import that registers them.
+REGISTERED_ELSEWHERE = {"golden": "golden"}
+
+
 def policy_names() -> list[str]:
     return sorted(POLICIES)
+
+
+def _unknown(name: str, what: str = "") -> UnknownPolicyError:
+    hint = f" (`import {REGISTERED_ELSEWHERE[name]}` registers it)" if name in REGISTERED_ELSEWHERE else ""
+    return UnknownPolicyError(f"{what}unknown policy {name!r}{hint}; choose from {', '.join(policy_names())}")
 
 
 def check_policy_names(names, what: str = "policies") -> list[str]:
@@ -37,7 +46,7 @@ def check_policy_names(names, what: str = "policies") -> list[str]:
     for name in items:
         for part in name.split(":"):
             if part not in POLICIES:
-                raise UnknownPolicyError(f"{what}: unknown policy {part!r}; choose from {', '.join(policy_names())}")
+                raise _unknown(part, f"{what}: ")
     if len(set(items)) != len(items):
         raise ConfigError(f"{what}: a policy is listed twice in {names!r}")
     return items
@@ -51,11 +60,11 @@ def make_policy(name: str, **kwargs: Any):
     if ":" in name:
         outer, inner = name.split(":", 1)
         if outer not in POLICIES:
-            raise UnknownPolicyError(f"unknown policy {outer!r}; choose from {', '.join(policy_names())}")
+            raise _unknown(outer)
         inner_kwargs = kwargs.pop("inner_kwargs", {}) or {}
         return _build(outer, {**kwargs, "inner": make_policy(inner, **inner_kwargs)})
     if name not in POLICIES:
-        raise UnknownPolicyError(f"unknown policy {name!r}; choose from {', '.join(policy_names())}")
+        raise _unknown(name)
     return _build(name, kwargs)
 
 
