@@ -1,8 +1,8 @@
 """Resumable, rank-sharded output directories shared by ``foresight trace`` and ``foresight golden``.
 
 An output directory holds ``plan.json`` (the run's settings and its list of work units, each naming the shard
-it produces) and ``shards/``. A shard is written under a temporary name; its manifest
-(``<shard>.manifest.json``: size and SHA-256 of every file) is written next, and the shard is renamed into
+it produces), ``shards/`` and ``manifests/``. A shard is written under a temporary name; its manifest
+(``manifests/<shard>.json``: size and SHA-256 of every file) is written next, and the shard is renamed into
 place last, so after any kill (even ``kill -9``) a shard either exists whole or not at all. Rerunning with the
 same arguments skips a finished shard only after checking it against its manifest; a shard damaged since
 (truncated, edited, or without a manifest) is removed and redone. Readers check sizes and refuse a damaged
@@ -29,7 +29,7 @@ from foresight.errors import ForesightError
 
 PLAN_FILE = "plan.json"
 SHARDS_DIR = "shards"
-MANIFEST_SUFFIX = ".manifest.json"
+MANIFESTS_DIR = "manifests"
 _TMP_PREFIX = ".tmp-"
 
 
@@ -117,12 +117,12 @@ def shard_path(out_dir: str | Path, name: str) -> Path:
 
 def clean_stale(out_dir: str | Path, names: list[str]) -> None:
     """Remove temporaries left by killed runs for the shards in ``names`` (the caller's own shards only)."""
-    shards = Path(out_dir) / SHARDS_DIR
     owned = set(names)
-    for p in shards.glob(f"{_TMP_PREFIX}*"):
-        base = p.name[len(_TMP_PREFIX) :].rsplit("-pid", 1)[0].removesuffix(MANIFEST_SUFFIX)
-        if base in owned:
-            _remove(p)
+    for folder in (SHARDS_DIR, MANIFESTS_DIR):
+        for p in (Path(out_dir) / folder).glob(f"{_TMP_PREFIX}*"):
+            base = p.name[len(_TMP_PREFIX) :].rsplit("-pid", 1)[0]
+            if base in owned or base.removesuffix(".json") in owned:
+                _remove(p)
 
 
 def _remove(p: Path) -> None:
@@ -130,7 +130,8 @@ def _remove(p: Path) -> None:
 
 
 def _manifest_path(final: Path) -> Path:
-    return final.with_name(final.name + MANIFEST_SUFFIX)
+    """``<out>/manifests/<shard>.json`` for the shard ``<out>/shards/<shard>``."""
+    return final.parent.parent / MANIFESTS_DIR / f"{final.name}.json"
 
 
 def _file_digest(path: Path) -> str:
@@ -165,7 +166,7 @@ def shard_problem(out_dir: str | Path, name: str, digests: bool = True) -> str |
     try:
         want = json.loads(mpath.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return f"its manifest {mpath.name} is damaged"
+        return f"its manifest {mpath} is damaged"
     got = _describe_files(final, digests)
     for rel in sorted(set(want) | set(got)):
         w, g = want.get(rel), got.get(rel)
@@ -216,9 +217,11 @@ def atomic_output(final: Path) -> Iterator[Path]:
     try:
         yield tmp
         manifest = {"shard": final.name, "files": _describe_files(tmp, digests=True)}
-        mtmp = final.with_name(f"{_TMP_PREFIX}{final.name}{MANIFEST_SUFFIX}-pid{os.getpid()}")
+        mpath = _manifest_path(final)
+        mpath.parent.mkdir(exist_ok=True)
+        mtmp = mpath.with_name(f"{_TMP_PREFIX}{mpath.name}-pid{os.getpid()}")
         mtmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        os.replace(mtmp, _manifest_path(final))
+        os.replace(mtmp, mpath)
         if final.exists():  # a damaged shard being redone by a caller that did not remove it
             _remove(final)
         os.replace(tmp, final)

@@ -1,0 +1,294 @@
+"""The bad-input matrix: every subcommand refuses each bad input with exit status 2 and one stderr line naming the
+offending file, key or value, no traceback, and leaves the output directory as it was.
+
+Cases run the command line in-process (``foresight.cli.main``) on tiny models; two run as subprocesses to show
+that no traceback escapes the real entry point. Damaged shards are redone on rerun (size + SHA-256 manifests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from foresight.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[1]
+DS = str(REPO / "configs" / "deepspeed" / "zero0.json")
+B, W = 16, 4
+TINY = ["--model", "tiny-llama"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Inputs: good ones (traces, labels, a scorer) and damaged copies, made once for the module
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, Path]:
+    from foresight.scorer import Scorer, ScorerConfig
+    from tests.conftest import get_model
+
+    root = tmp_path_factory.mktemp("bad_inputs")
+    assert main(["trace", *TINY, "--data", "synthetic", "--limit", "3", "--max-new-tokens", "40", "--batch-size",
+                 "2", "--out", str(root / "traces"), "--no-progress"]) == 0
+    assert main(["golden", *TINY, "--traces", str(root / "traces"), "--out", str(root / "labels"), "--budget",
+                 str(B), "--interval", str(W), "--no-progress"]) == 0
+    model, _ = get_model("tiny-llama")
+    import foresight
+
+    Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=4), seed=0) \
+        .save_pretrained(root / "scorer")
+
+    p = {"root": root, "traces": root / "traces", "labels": root / "labels", "scorer": root / "scorer"}
+    p["labels_cut"] = root / "labels_cut"
+    shutil.copytree(p["labels"], p["labels_cut"])
+    _truncate(next((p["labels_cut"] / "shards").glob("*.safetensors")))
+    p["scorer_cut"] = root / "scorer_cut"
+    shutil.copytree(p["scorer"], p["scorer_cut"])
+    _truncate(p["scorer_cut"] / "model.safetensors")
+    for name, text in {"plan_list": "[]", "plan_keys": '{"kind": "foresight-traces"}', "plan_json": "{oops"}.items():
+        shutil.copytree(p["traces"], root / name)
+        (root / name / "plan.json").write_text(text)
+        p[name] = root / name
+    files = {
+        "bad.yaml": "steps: [1,\nlr: 0.1\n", "list.yaml": "- a\n- b\n", "lr.yaml": "lr: fast\n",
+        "steps.yaml": "steps: [1, 2]\n", "hidden.yaml": 'hidden: "16"\n', "lr_ok.yaml": "lr: 0.5\n",
+        "rows.jsonl": '{"problem": "1+1?", "answer": "2"}\n[1, 2]\n', "fid_dict.json": '{"policy": "full"}\n',
+        "fid_bad.json": '[{"policy": \n',
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+        p[name] = root / name
+    (root / "a_dir").mkdir()
+    p["a_dir"] = root / "a_dir"
+    return p
+
+
+def _sl_keys(p) -> list[str]:
+    return ["model=tiny-llama", f"traces={p['traces']}", f"labels={p['labels']}", f"budget={B}", f"interval={W}",
+            "heldout=1", "eval_fidelity=false", "device=cpu", f"deepspeed={DS}", f"out_dir={p['out']}"]
+
+
+def _sl(p, *extra, config=None) -> list[str]:
+    return ["train", "sl", *(["--config", str(p[config])] if config else []), *_sl_keys(p), *extra]
+
+
+def _grpo(p, *extra) -> list[str]:
+    return ["train", "grpo", "model=tiny-llama", f"traces={p['traces']}", f"init_scorer={p['scorer']}", "steps=2",
+            "device=cpu", f"deepspeed={DS}", f"out_dir={p['out']}", *extra]
+
+
+def _gen(p, *extra) -> list[str]:
+    return ["generate", *TINY, "--prompt", "hi", "--max-new-tokens", "4", *extra]
+
+
+def _trace(p, *extra, out=None) -> list[str]:
+    return ["trace", *TINY, "--data", "synthetic", "--limit", "3", "--max-new-tokens", "40", "--batch-size", "2",
+            "--out", str(out or p["out"]), "--no-progress", *extra]
+
+
+def _fid(p, *extra, traces="traces") -> list[str]:
+    return ["eval", "fidelity", *TINY, "--traces", str(p[traces]), "--budget", str(B), "--interval", str(W),
+            "--out", str(p["out"]), "--quiet", *extra]
+
+
+def _aime(p, *extra) -> list[str]:
+    return ["eval", "aime", *TINY, "--data", "synthetic", "--limit", "1", "--max-new-tokens", "4", "--out",
+            str(p["out"]), "--quiet", *extra]
+
+
+# (case id, argv(p), what the one line must name); ``p["out"]`` is a directory holding earlier results.
+CASES = [
+    # generate
+    ("generate-empty-prompt", lambda p: _gen(p, "--prompt", ""), "--prompt"),
+    ("generate-temperature-hot", lambda p: _gen(p, "--temperature", "hot"), "'hot'"),
+    ("generate-top-p", lambda p: _gen(p, "--top-p", "7"), "--top-p"),
+    ("generate-device", lambda p: _gen(p, "--device", "tpu9"), "tpu9"),
+    ("generate-max-new-tokens", lambda p: _gen(p, "--max-new-tokens", "0"), "--max-new-tokens"),
+    ("generate-policy-config-list", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
+                                                   "--policy-config", str(p["list.yaml"])), "list.yaml"),
+    ("generate-policy-config-yaml", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
+                                                   "--policy-config", str(p["bad.yaml"])), "bad.yaml"),
+    ("generate-policy-arg-type", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
+                                                "--policy-arg", "seed=abc"), "`seed`"),
+    ("generate-corrupt-scorer", lambda p: _gen(p, "--policy", "learned", "--budget", "16", "--interval", "4",
+                                               "--policy-arg", f"scorer={p['scorer_cut']}"), "model.safetensors"),
+    # trace
+    ("trace-data-dir", lambda p: _trace(p, "--data", str(p["a_dir"])), "a_dir"),
+    ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("trace-negative-limit", lambda p: _trace(p, "--limit", "-2"), "--limit"),
+    ("trace-top-p", lambda p: _trace(p, "--top-p", "7"), "--top-p"),
+    ("trace-device", lambda p: _trace(p, "--device", "tpu9"), "tpu9"),
+    ("trace-plan-list", lambda p: _trace(p, out=p["plan_list"]), "plan.json"),
+    ("trace-plan-missing-keys", lambda p: _trace(p, out=p["plan_keys"]), "plan.json"),
+    ("trace-plan-corrupt-json", lambda p: _trace(p, out=p["plan_json"]), "plan.json"),
+    ("trace-other-settings", lambda p: _trace(p, "--seed", "3", "--top-p", "0.5", out=p["traces"]),
+     ("settings.seed", "settings.top_p")),
+    # golden
+    ("golden-negative-chunk", lambda p: ["golden", *TINY, "--traces", str(p["traces"]), "--out", str(p["out"]),
+                                         "--budget", "16", "--interval", "4", "--chunk", "-3"], "--chunk"),
+    ("golden-negative-limit", lambda p: ["golden", *TINY, "--traces", str(p["traces"]), "--out", str(p["out"]),
+                                         "--budget", "16", "--interval", "4", "--limit", "-1"], "--limit"),
+    ("golden-damaged-trace-plan", lambda p: ["golden", *TINY, "--traces", str(p["plan_keys"]), "--out",
+                                             str(p["out"]), "--budget", "16", "--interval", "4"], "plan.json"),
+    # train sl / grpo
+    ("sl-yaml-syntax", lambda p: _sl(p, config="bad.yaml"), "bad.yaml"),
+    ("sl-config-list", lambda p: _sl(p, config="list.yaml"), "list.yaml"),
+    ("sl-lr-fast", lambda p: _sl(p, config="lr.yaml"), "`lr`"),
+    ("sl-steps-list", lambda p: _sl(p, config="steps.yaml"), "`steps`"),
+    ("sl-hidden-string", lambda p: _sl(p, config="hidden.yaml"), "`hidden`"),
+    ("sl-budget-abc", lambda p: _sl(p, "budget=abc"), "`budget`"),
+    ("sl-device", lambda p: _sl(p, "device=tpu9"), "tpu9"),
+    ("sl-max-traces", lambda p: _sl(p, "max_traces=-1"), "max_traces"),
+    ("sl-fidelity-policy-typo", lambda p: _sl(p, "fidelity_policies=[h2o, h2oo]"), "h2oo"),
+    ("sl-deepspeed-path", lambda p: _sl(p, "deepspeed=/nonexistent/zero9.json"), "zero9.json"),
+    ("sl-unknown-key", lambda p: _sl(p, "learning_rate=0.1"), "learning_rate"),
+    ("sl-truncated-labels", lambda p: _sl(p, f"labels={p['labels_cut']}"), "labels-00000.safetensors"),
+    ("grpo-temperature-hot", lambda p: _grpo(p, "temperature=hot"), "`temperature`"),
+    ("grpo-max-traces", lambda p: _grpo(p, "max_traces=-5"), "max_traces"),
+    # eval fidelity / aime
+    ("fidelity-policy-arg-type", lambda p: _fid(p, "--policies", "full,random", "--policy-arg", "random.seed=abc"),
+     "`seed`"),
+    ("fidelity-truncated-labels", lambda p: _fid(p, "--policies", "full,golden", "--golden", str(p["labels_cut"])),
+     "labels-00000.safetensors"),
+    ("fidelity-negative-limit", lambda p: _fid(p, "--policies", "full", "--limit", "-1"), "--limit"),
+    ("fidelity-unknown-policy", lambda p: _fid(p, "--policies", "full,nope"), "'nope'"),
+    ("fidelity-damaged-plan", lambda p: _fid(p, "--policies", "full", traces="plan_list"), "plan.json"),
+    ("aime-top-p", lambda p: _aime(p, "--top-p", "7"), "--top-p"),
+    ("aime-jsonl-not-object", lambda p: _aime(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
+    # bench, export
+    ("bench-empty-prompt", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--prompt", ""],
+     "--prompt"),
+    ("bench-budget-abc", lambda p: ["bench", *TINY, "--budget", "abc", "--interval", "4"], "'abc'"),
+    ("export-fidelity-dict", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
+                                        "--fidelity", str(p["fid_dict.json"])], "fid_dict.json"),
+    ("export-fidelity-corrupt", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
+                                           "--fidelity", str(p["fid_bad.json"])], "fid_bad.json"),
+    ("export-corrupt-scorer", lambda p: ["export", str(p["scorer_cut"]), "--out", str(p["out"]), "--overwrite"],
+     "model.safetensors"),
+]
+
+
+def _snapshot(*roots: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``roots`` (and each root's existence)."""
+    out = {}
+    for root in roots:
+        out[f"{root}:exists"] = str(root.exists())
+        for f in sorted(root.rglob("*")) if root.is_dir() else []:
+            if f.is_file():
+                out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("case,argv,names", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2(inputs, tmp_path, capsys, case, argv, names):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "earlier-result.json").write_text('{"keep": true}\n')  # what an earlier run left there
+    p = {**inputs, "out": out}
+    args = argv(p)
+    watched = [out, inputs["traces"], inputs["labels"], *(Path(a) for a in args if a.startswith(str(inputs["root"])))]
+    before = _snapshot(*watched)
+    rc = main(args)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2, f"{case}: exit {rc}, stderr:\n{err}"
+    assert len(lines) == 1, f"{case}: expected one line, got:\n{err}"
+    assert "Traceback" not in err
+    for name in (names,) if isinstance(names, str) else names:
+        assert name in lines[0], f"{case}: {name!r} not named in: {lines[0]}"
+    assert _snapshot(*watched) == before, f"{case}: files changed"
+
+
+@pytest.mark.parametrize("argv,names", [
+    (lambda p: ["train", "sl", "--config", str(p["bad.yaml"]), f"deepspeed={DS}"], "bad.yaml"),
+    (lambda p: _fid(p, "--policies", "full,golden", "--golden", str(p["labels_cut"])), "labels-00000.safetensors"),
+], ids=["yaml-syntax", "truncated-labels"])
+def test_no_traceback_escapes_the_entry_point(inputs, tmp_path, argv, names):
+    p = {**inputs, "out": tmp_path / "out"}
+    proc = subprocess.run([sys.executable, "-m", "foresight", *argv(p)], capture_output=True, text=True, cwd=REPO,
+                          timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and names in lines[0]
+
+
+def test_overrides_before_and_after_config_are_accepted(inputs, capsys):
+    from foresight.commands.train import build_config
+    from training.registry import TRAINERS, load_trainers
+
+    load_trainers()
+    p = {**inputs, "out": inputs["root"] / "unused"}
+    # an override before --config is parsed (not "unrecognized arguments") and wins over the file
+    rc = main(["train", "sl", "lr=fast", "--config", str(inputs["lr_ok.yaml"]), *_sl_keys(p)])
+    assert rc == 2 and "config key `lr`" in capsys.readouterr().err
+    # overrides on both sides of --config reach the config; the file gives the rest
+    args, extra = build_parser().parse_known_args(["train", "sl", "steps=3", "--config", str(inputs["lr_ok.yaml"]),
+                                                   "micro_batch=2", *_sl_keys(p)])
+    cfg = build_config(TRAINERS["sl"], args.config, args.overrides + extra)
+    assert (cfg.lr, cfg.steps, cfg.micro_batch) == (0.5, 3, 2)
+
+
+def test_typed_config_values_are_checked_and_coerced_losslessly():
+    from foresight.config import ConfigError
+    from training.sl import SLConfig
+
+    base = dict(traces="t", labels="l", deepspeed=DS)
+    cfg = SLConfig.from_dict({**base, "steps": 1e3, "lr": "1e-3", "heldout": 2})
+    assert (cfg.steps, cfg.lr) == (1000, 1e-3) and isinstance(cfg.steps, int)
+    for key, value in [("steps", 2.5), ("eval_fidelity", "yes"), ("model", 7), ("feature_set", "key"),
+                       ("fidelity_policies", ["h2o", 3])]:
+        with pytest.raises(ConfigError, match=key):
+            SLConfig.from_dict({**base, key: value})
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        SLConfig.from_dict([1, 2])
+
+
+def _label_content(labels: Path) -> dict:
+    from safetensors import safe_open
+
+    out = {}
+    for f in sorted((labels / "shards").glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            out[f.name] = (st.metadata(), {k: st.get_tensor(k).tolist() for k in st.keys()})
+    return out
+
+
+def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_path, capsys):
+    from golden.labels import load_labels
+    from golden.traces import load_traces
+
+    traces, labels = tmp_path / "traces", tmp_path / "labels"
+    shutil.copytree(inputs["traces"], traces)
+    shutil.copytree(inputs["labels"], labels)
+    rows = load_traces(traces).to_dict()
+    label_content = _label_content(labels)
+
+    arrow = next((traces / "shards" / "traces-00000").glob("*.arrow"))
+    _truncate(arrow)
+    label_file = next((labels / "shards").glob("*.safetensors"))
+    label_file.write_bytes(label_file.read_bytes()[:-7] + b"\0" * 7)  # same size, other bytes
+
+    with pytest.raises(Exception, match="traces-00000"):
+        load_traces(traces)  # a reader refuses the truncated shard by name (size check)
+    assert main(_trace({"out": traces})) == 0
+    assert "redoing shard" in capsys.readouterr().err
+    assert load_traces(traces).to_dict() == rows  # the redone shard is the same
+
+    assert main(["golden", *TINY, "--traces", str(traces), "--out", str(labels), "--budget", str(B), "--interval",
+                 str(W), "--no-progress"]) == 0
+    assert "redoing shard" in capsys.readouterr().err  # the hash caught an edit that kept the size
+    assert _label_content(labels) == label_content  # same tensors and metadata (the header's key order may vary)
+    assert len(load_labels(labels)) == 3
