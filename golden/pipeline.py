@@ -82,7 +82,7 @@ def label_traces(
     units = [keep[i : i + traces_per_shard] for i in range(0, len(keep), traces_per_shard)]
     plan = {
         "kind": PLAN_KIND,
-        "version": 1,
+        "version": 2,  # 2: shards record token hashes (golden.labels.FORMAT); a /1 directory is not resumed
         "fingerprint": fp,
         "budget": budget,
         "interval": interval,
@@ -91,7 +91,7 @@ def label_traces(
         "units": [{"shard": _shard_name(u), "trace_ids": [ids[i] for i in unit]} for u, unit in enumerate(units)],
     }
     out = Path(out_dir)
-    ensure_plan(out, plan, "golden labels", ("fingerprint", "budget", "interval", "units"))
+    ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units"))
     rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])

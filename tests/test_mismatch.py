@@ -133,6 +133,16 @@ def test_old_labels_without_hashes_are_refused(data, tmp_path):
     save_file(tensors, str(tmp_path / "old.safetensors"), metadata=meta)
     with pytest.raises(LabelMismatchError, match=r"old\.safetensors.*without token hashes.*regenerate"):
         load_labels(tmp_path / "old.safetensors")
+    # rerunning `foresight golden` into a directory of the old format does not resume it (no mixed formats)
+    import shutil
+
+    from golden.pipeline import label_traces
+
+    shutil.copytree(data["golden"], tmp_path / "g")
+    plan = json.loads((tmp_path / "g" / "plan.json").read_text())
+    (tmp_path / "g" / "plan.json").write_text(json.dumps(dict(plan, version=1)))
+    with pytest.raises(ForesightError, match=r"different version \(1 there, 2 now\)"):
+        label_traces(get_model("tiny-llama")[0], data["traces"], tmp_path / "g", B, W, progress=False)
 
 
 def test_golden_labels_of_another_budget_are_an_error(data, tmp_path, capsys):
