@@ -32,7 +32,7 @@ from foresight.attention import attention_configs, route, unroute
 from foresight.errors import ForesightError
 from foresight.models import check_supported, model_fingerprint, model_shape
 from foresight.policies import EvictionPolicy, make_policy
-from foresight.schedule import CacheConfig, next_event
+from foresight.schedule import CacheConfig, next_event, replay_schedule
 from foresight.views import EvictView, StepView, attention_probs, chunk_causal
 
 _HOOKED = "_foresight_hooks"
@@ -155,6 +155,11 @@ class BudgetedCache(Cache):
     def next_event(self) -> int | None:
         """Token count at which the next event fires (None: never)."""
         return next_event(self.fed, self.budget, self.interval, self.offset)
+
+    def pieces(self, length: int, chunk: int | None = None) -> list[tuple[int, int, bool]]:
+        """How to feed tokens ``fed .. length-1`` from here: :func:`~foresight.schedule.replay_schedule` pieces
+        of at most ``chunk`` tokens (default ``W``) cut at this cache's event points."""
+        return replay_schedule(length, self.budget, self.interval, chunk, start=self.fed, offset=self.offset)
 
     # -- one forward step ----------------------------------------------------------------------------------------
     def begin_step(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
@@ -286,6 +291,8 @@ class BudgetedCache(Cache):
             "final_entries": self.length,
             "evictions": self.events,
             "evicted_entries": self.evicted_entries,
+            "budget": self.config.budget,
+            "interval": self.config.interval,
         }
 
 
@@ -363,11 +370,11 @@ def _prefill_in_pieces(model, cache: BudgetedCache, kwargs: dict, q: int) -> dic
     start = cache.fed
     end = start + q
     # The first forward of a protected prompt is never cut: its tokens are never evicted.
-    pieces = [] if cache.config.protect_prompt and start == 0 else _cut_points(cache, start, end)
-    if not pieces:
+    if cache.config.protect_prompt and start == 0:
         return kwargs
+    pieces = cache.pieces(end, chunk=q)
     fixed = {k: v for k, v in kwargs.items() if k not in (key, "attention_mask", "position_ids", "cache_position")}
-    for a, b in pieces[:-1]:
+    for a, b, _ in pieces[:-1]:
         piece = {key: seq[:, a - start : b - start], "position_ids": positions[:, a - start : b - start]}
         if mask is not None:
             piece["attention_mask"] = mask[:, : mask.shape[1] - (end - b)]
@@ -377,17 +384,6 @@ def _prefill_in_pieces(model, cache: BudgetedCache, kwargs: dict, q: int) -> dic
     if mask is not None:
         kwargs["attention_mask"] = mask
     return kwargs
-
-
-def _cut_points(cache: BudgetedCache, start: int, end: int) -> list[tuple[int, int]]:
-    """Token ranges that split ``[start, end)`` at the cache's event points (one range when none is crossed)."""
-    cuts, pos = [], start
-    while pos < end:
-        event = next_event(pos, cache.budget, cache.interval, cache.offset)
-        stop = end if event is None else min(event, end)
-        cuts.append((pos, stop))
-        pos = stop
-    return cuts
 
 
 def _after_forward(model, args, kwargs, output: Any):

@@ -194,7 +194,7 @@ def generate(
                 break
         token_ids.append(ids)
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
-    stats = {**cache.stats(), "policy": policy.name, "budget": budget, "interval": cache.interval}
+    stats = {**cache.stats(), "policy": policy.name}
     return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
 
 
@@ -279,7 +279,7 @@ def replay(
                           token_ids=[ids[b, : lengths[b]] for b in range(batch)], **meta)
     ce = torch.full((batch, max(n - 1, 0)), float("nan"))
     ent = torch.full_like(ce, float("nan"))
-    pieces = replay_schedule(n, cache.budget, cache.interval, chunk)
+    pieces = cache.pieces(n, chunk)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
     for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
         logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end]).float()
@@ -294,7 +294,7 @@ def replay(
     for b, length in enumerate(lengths):
         ce[b, max(length - 1, 0) :] = float("nan")
         ent[b, max(length - 1, 0) :] = float("nan")
-    stats = {**cache.stats(), "policy": policy.name, "budget": budget, "interval": cache.interval}
+    stats = {**cache.stats(), "policy": policy.name}
     return ReplayResult(ce, ent, lengths, stats)
 
 
@@ -303,3 +303,20 @@ def full_forward_ce(model, ids: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         logits = model(input_ids=ids.to(model.device)).logits.float()
     return F.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:].to(model.device), reduction="none").cpu()
+
+
+__all__ = [  # CacheConfig, replay_schedule and the model checks are re-exported for callers of the engine
+    "CacheConfig",
+    "GenerationResult",
+    "ReplayResult",
+    "SUPPORTED_MODEL_TYPES",
+    "UnsupportedModelError",
+    "check_supported",
+    "eos_token_ids",
+    "full_forward_ce",
+    "generate",
+    "model_shape",
+    "replay",
+    "replay_schedule",
+    "resolve_policy",
+]
