@@ -1,8 +1,10 @@
 """foresightkv: learned KV-cache eviction for long LLM reasoning.
 
-The public API: :func:`load_model`, :func:`generate`, :func:`replay`, the policy registry and the cache config.
+The public API: :func:`load_model`, :class:`BudgetedCache` (a drop-in ``past_key_values`` for ``model.generate``),
+:func:`generate`, :func:`replay`, the policy registry and the cache config.
 """
 
+from foresight.cache import BudgetedCache
 from foresight.models import DEFAULT_MODEL, ModelLoadError, load_model, model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy, policy_names, register_policy
 from foresight.runtime import (
@@ -18,6 +20,7 @@ from foresight.runtime import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetedCache",
     "DEFAULT_MODEL",
     "CacheConfig",
     "EvictionPolicy",
