@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from foresight.config import nonnegative_float, nonnegative_int, positive_int, unit_float
+from foresight.config import nonnegative_float, nonnegative_int, positive_int, read_json, unit_float
 from foresight.errors import ForesightError
 from foresight.runtime import eos_token_ids
 
@@ -83,6 +83,8 @@ def read_records(out_dir: str | Path) -> list[dict]:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
+                if not isinstance(rec, dict) or "problem_id" not in rec or "sample" not in rec:
+                    continue  # not a sample record (a damaged line): that sample is simply generated again
                 key = sample_key(rec["problem_id"], rec["sample"])
                 if key not in seen:
                     seen.add(key)
@@ -93,7 +95,7 @@ def read_records(out_dir: str | Path) -> list[dict]:
 def _check_settings(out: Path, settings: dict) -> None:
     path = out / "settings.json"
     if path.exists():
-        old = json.loads(path.read_text())
+        old = read_json(path, "settings file")
         diff = [k for k in SAMPLE_DEFINING if old.get(k) != settings.get(k)]
         if diff and any(out.glob(SAMPLES_GLOB)):
             detail = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff)
@@ -221,7 +223,7 @@ TIMING_FIELDS = ("tokens_per_s", "generation_seconds")
 def write_summary(out_dir: str | Path, problems: Sequence, samples: int) -> dict:
     out = Path(out_dir)
     settings_path = out / "settings.json"
-    settings = json.loads(settings_path.read_text()) if settings_path.exists() else {}
+    settings = read_json(settings_path, "settings file") if settings_path.exists() else {}
     summary = summarize(read_records(out), problems, samples, settings)
     tmp = out / "summary.json.tmp"
     tmp.write_text(json.dumps(summary, indent=2) + "\n")

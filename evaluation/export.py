@@ -65,7 +65,7 @@ def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = Non
     for d in dict.fromkeys([scorer_dir, src, src.parent]):
         for name in ("fidelity.json", "eval/fidelity.json"):
             if (d / name).is_file():
-                return json.loads((d / name).read_text()), str(d / name)
+                return read_json(d / name, "fidelity results", expect=list), str(d / name)
         summ = d / "summary.json"
         if summ.is_file():
             try:

@@ -111,7 +111,7 @@ def check_value(key: str, value, annotation, owner: str = "config key"):
 
 def _describe(alt: str) -> str:
     inner = _element_type(alt)
-    return f"a list of {_NAMES.get(inner.split('[', 1)[0], inner)}s" if inner else _NAMES[alt.split("[", 1)[0]]
+    return f"a list of {inner} values" if inner else _NAMES[alt.split("[", 1)[0]]
 
 
 def _show(value) -> str:

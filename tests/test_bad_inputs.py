@@ -116,6 +116,7 @@ CASES = [
     ("generate-top-p", lambda p: _gen(p, "--top-p", "7"), "--top-p"),
     ("generate-device", lambda p: _gen(p, "--device", "tpu9"), "tpu9"),
     ("generate-max-new-tokens", lambda p: _gen(p, "--max-new-tokens", "0"), "--max-new-tokens"),
+    ("generate-dtype", lambda p: _gen(p, "--dtype", "float64"), "'float64'"),
     ("generate-policy-config-list", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
                                                    "--policy-config", str(p["list.yaml"])), "list.yaml"),
     ("generate-policy-config-yaml", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
@@ -151,6 +152,7 @@ CASES = [
     ("sl-budget-abc", lambda p: _sl(p, "budget=abc"), "`budget`"),
     ("sl-device", lambda p: _sl(p, "device=tpu9"), "tpu9"),
     ("sl-max-traces", lambda p: _sl(p, "max_traces=-1"), "max_traces"),
+    ("sl-dtype", lambda p: _sl(p, "dtype=float64"), "float64"),
     ("sl-fidelity-policy-typo", lambda p: _sl(p, "fidelity_policies=[h2o, h2oo]"), "h2oo"),
     ("sl-deepspeed-path", lambda p: _sl(p, "deepspeed=/nonexistent/zero9.json"), "zero9.json"),
     ("sl-unknown-key", lambda p: _sl(p, "learning_rate=0.1"), "learning_rate"),
@@ -168,7 +170,9 @@ CASES = [
     ("aime-top-p", lambda p: _aime(p, "--top-p", "7"), "--top-p"),
     ("aime-jsonl-not-object", lambda p: _aime(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
     ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
-    # bench, export
+    ("aime-damaged-settings", lambda p: _aime(p), "settings.json"),
+    # demo, bench, export
+    ("demo-zero-problems", lambda p: ["demo", "--fast", "--problems", "0", "--out", str(p["out"])], "--problems"),
     ("bench-empty-prompt", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--prompt", ""],
      "--prompt"),
     ("bench-budget-abc", lambda p: ["bench", *TINY, "--budget", "abc", "--interval", "4"], "'abc'"),
@@ -197,6 +201,9 @@ def test_bad_input_is_one_line_exit_2(inputs, tmp_path, capsys, case, argv, name
     out = tmp_path / "out"
     out.mkdir()
     (out / "earlier-result.json").write_text('{"keep": true}\n')  # what an earlier run left there
+    if case == "aime-damaged-settings":  # an earlier, interrupted `eval aime` whose settings file was damaged
+        (out / "samples-rank0.jsonl").write_text('{"problem_id": "synthetic-0", "sample": 0}\n')
+        (out / "settings.json").write_text('{"model": "tiny-llama", ')
     p = {**inputs, "out": out}
     args = argv(p)
     watched = [out, inputs["traces"], inputs["labels"], *(Path(a) for a in args if a.startswith(str(inputs["root"])))]

@@ -81,6 +81,8 @@ class TrainerConfig:
         if self.report_to not in REPORTERS:
             raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
         check_device(self.device, "device")
+        if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
         read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
 
     def to_dict(self) -> dict:

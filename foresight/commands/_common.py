@@ -13,7 +13,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m", help="built-in name, local dir, .gguf file or HF id")
     p.add_argument("--device", type=device_arg, default=None,
                    help="cuda, cpu, cuda:1 ... (default: cuda if available)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 (default: bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="weights dtype (default: bf16 on GPU, fp32 on CPU)")
 
 
 def add_cache_args(p: argparse.ArgumentParser, budget_default: int | None = 128, interval_default: int | None = 32):

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from foresight.config import positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="end-to-end demo: traces, golden labels, SL + GRPO, fidelity, report, export")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--out", default="runs/demo", help="output directory for every artifact")
     p.add_argument("--fast", action="store_true", help="a much smaller run (used by the test suite)")
-    p.add_argument("--problems", type=int, default=None, help="number of synthetic problems")
-    p.add_argument("--sl-steps", type=int, default=None)
-    p.add_argument("--grpo-steps", type=int, default=None)
+    p.add_argument("--problems", type=positive_int, default=None, help="number of synthetic problems")
+    p.add_argument("--sl-steps", type=positive_int, default=None)
+    p.add_argument("--grpo-steps", type=positive_int, default=None)
     p.add_argument("--no-onnx", action="store_true", help="skip the ONNX export")
     p.set_defaults(func=run)
 
