@@ -15,7 +15,7 @@ import glob
 import torch
 
 from foresight.scorer import Scorer
-from training.plackett_luce import gumbel_topk
+from foresight.sampling import gumbel_topk
 from training.sl import load_events
 
 

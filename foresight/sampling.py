@@ -1,8 +1,11 @@
-"""Plackett–Luce distributions over ordered draws without replacement (the GRPO eviction policy).
+"""The one eviction sampler: Plackett–Luce draws without replacement (the ``learned`` policy's
+``selection=sample`` *and* GRPO's rollout policy; DESIGN.md section 4, "Selection at inference and in GRPO
+must be the same distribution").
 
 An eviction at an event draws ``k = W`` candidates *without replacement*; drawing item ``j`` among those left
-has probability ``exp(s_j) / sum_{i left} exp(s_i)``. The probability of the ordered draw ``sigma`` is the
-Plackett–Luce likelihood (Plackett 1975; Luce 1959)::
+has probability ``exp(s_j) / sum_{i left} exp(s_i)`` with logits ``s = -score / temperature`` (scores are
+*keep* scores, higher = keep). The probability of the ordered draw ``sigma`` is the Plackett–Luce likelihood
+(Plackett 1975; Luce 1959)::
 
     log p(sigma) = sum_t [ s_{sigma_t} - logsumexp(s_i : i not in sigma_1..sigma_{t-1}) ]
 
@@ -13,7 +16,14 @@ We score the *ordered* draw, not the unordered set: the set probability is the s
 intractable for ``k = 32``. Because the environment (the cache) only depends on the set, the ordered draw is
 an equally valid stochastic policy: ``E[R grad log p(sigma)]`` is the same policy gradient, and the ordered
 importance ratio is an unbiased estimate of the set ratio (``E_{sigma ~ p_old(.|set)}[p_new(sigma)/p_old(sigma)]
-= p_new(set)/p_old(set)``). Everything is exact: no top-2W pool, no first-step approximation.
+= p_new(set)/p_old(set)``). Everything is exact: the draw is over *all* drawable candidates (no top-2W pool),
+no first-step approximation.
+
+:func:`sample_eviction` is the draw both call sites make: drawable = candidates with a finite score (the cache
+scores protected sinks / prompt ``+inf`` and padding ``-inf``); padding is evicted before the draw, protected
+entries only when fewer than ``k`` candidates are drawable (as deterministic top-k would). With no padding and
+enough drawable candidates it is exactly ``gumbel_topk(logits, k, drawable)``, whose log-probability is
+:func:`log_prob`.
 
 Shapes: ``logits`` (..., C) with an optional boolean ``mask`` (..., C) of drawable items (False items are never
 drawn and leave every denominator); ``order`` (..., k) holds indices into the last dim.
@@ -21,9 +31,18 @@ drawn and leave every denominator); ``order`` (..., k) holds indices into the la
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 NEG_INF = float("-inf")
+
+
+def _gumbel_keys(s: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """``s`` + i.i.d. Gumbel(0, 1) noise drawn in fp64 on the CPU from ``generator`` (a seed reproduces the same
+    draws on any device), cast to ``s.dtype``."""
+    u = torch.rand(s.shape, generator=generator, device="cpu", dtype=torch.float64).to(s.device)
+    return s + (-torch.log(-torch.log(u.clamp(1e-300, 1.0 - 1e-16)))).to(s.dtype)
 
 
 def gumbel_topk(logits: torch.Tensor, k: int, mask: torch.Tensor | None = None,
@@ -42,9 +61,44 @@ def gumbel_topk(logits: torch.Tensor, k: int, mask: torch.Tensor | None = None,
         if int(mask.sum(-1).min()) < k:
             raise ValueError(f"a row has fewer than k={k} drawable items")
         s = s.masked_fill(~mask, NEG_INF)
-    u = torch.rand(s.shape, generator=generator, device="cpu", dtype=torch.float64).to(s.device)
-    gumbel = -torch.log(-torch.log(u.clamp(1e-300, 1.0 - 1e-16))).to(s.dtype)
-    return (s + gumbel).topk(k, dim=-1, sorted=True).indices
+    return _gumbel_keys(s, generator).topk(k, dim=-1, sorted=True).indices
+
+
+class EvictionDraw(NamedTuple):
+    """One sampled eviction: ``order`` (..., k) candidate indices, first drawn first; the Plackett–Luce
+    ``logits`` (..., C) and ``drawable`` mask (..., C) it was drawn with (the arguments of :func:`log_prob`)."""
+
+    order: torch.Tensor
+    logits: torch.Tensor
+    drawable: torch.Tensor
+
+
+def eviction_logits(scores: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Plackett–Luce logits ``-score / temperature`` (0 where not drawable) and the drawable mask (finite
+    scores) of keep ``scores`` (..., C). Differentiable in ``scores``."""
+    drawable = torch.isfinite(scores)
+    return (-scores / temperature).masked_fill(~drawable, 0.0), drawable
+
+
+def sample_eviction(scores: torch.Tensor, num_evict: int, temperature: float,
+                    generator: torch.Generator | None = None) -> EvictionDraw:
+    """Draw ``num_evict`` candidates to evict from keep ``scores`` (..., C) by Plackett–Luce with logits
+    ``-score / temperature`` over every drawable (finite-score) candidate; see the module docstring for
+    ``-inf`` (padding: evicted first) and ``+inf`` (protected: evicted last, only when nothing else is left).
+    """
+    if not 0 <= num_evict <= scores.shape[-1]:
+        raise ValueError(f"cannot evict {num_evict} of {scores.shape[-1]} candidates")
+    logits, drawable = eviction_logits(scores.detach().float(), temperature)
+    keys = _gumbel_keys(logits.masked_fill(~drawable, NEG_INF), generator)
+    keys = keys.masked_fill(scores == NEG_INF, float("inf"))  # padding first
+    return EvictionDraw(keys.topk(num_evict, dim=-1, sorted=True).indices, logits, drawable)
+
+
+def kept_indices(order: torch.Tensor, num_candidates: int, num_keep: int) -> torch.Tensor:
+    """Indices (..., num_keep) of the candidates an eviction ``order`` (..., k) leaves, ascending."""
+    evicted = torch.zeros((*order.shape[:-1], num_candidates), dtype=torch.bool, device=order.device)
+    evicted.scatter_(-1, order, True)
+    return (~evicted).float().topk(num_keep, dim=-1, sorted=False).indices.sort(-1).values
 
 
 def log_prob(logits: torch.Tensor, order: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -89,4 +143,5 @@ def step_log_probs(logits: torch.Tensor, order: torch.Tensor, mask: torch.Tensor
     return torch.stack(out, dim=-1) if out else s.new_zeros((*s.shape[:-1], 0))
 
 
-__all__ = ["gumbel_topk", "log_prob", "step_log_probs"]
+__all__ = ["EvictionDraw", "eviction_logits", "gumbel_topk", "kept_indices", "log_prob", "sample_eviction",
+           "step_log_probs"]

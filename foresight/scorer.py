@@ -52,6 +52,9 @@ class ScorerConfig:
         Hidden width of the per-head MLP (DESIGN.md: 16).
     decay
         Decay of the decayed cumulative attention feature.
+    temperature
+        Plackett–Luce temperature the scorer's sampled evictions were trained with (written by GRPO;
+        ``None`` for a distilled scorer); the default of the ``learned`` policy's ``selection=sample``.
     provenance
         Free-form record of how the scorer was made (data, steps, git commit, ...).
     """
@@ -62,6 +65,7 @@ class ScorerConfig:
     feature_set: tuple[str, ...] = DEFAULT_FEATURE_SET
     hidden: int = 16
     decay: float = 0.9
+    temperature: float | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -72,6 +76,8 @@ class ScorerConfig:
             raise ValueError(f"need 0 < interval < budget, got budget={self.budget} interval={self.interval}")
         if self.hidden <= 0:
             raise ValueError(f"hidden must be positive, got {self.hidden}")
+        if self.temperature is not None and not float(self.temperature) > 0:
+            raise ValueError(f"temperature must be > 0 (or null), got {self.temperature}")
         self.feature_set = check_feature_set(self.feature_set)
 
     @property

@@ -13,19 +13,11 @@ from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model
-from training.grpo import (
-    GRPOConfig,
-    beta_at,
-    collect_rollouts,
-    episode_rewards,
-    event_ends,
-    group_advantages,
-    grpo_loss,
-    loss_ratio,
-    reward_positions,
-    rollout_log_probs,
-)
-from training.plackett_luce import gumbel_topk, log_prob
+from foresight.sampling import gumbel_topk, log_prob
+from training.grpo import grpo_loss
+from training.grpo_config import GRPOConfig, beta_at
+from training.reward import episode_rewards, group_advantages, loss_ratio, reward_positions
+from training.rollout import collect_rollouts, event_ends, rollout_log_probs
 
 B, W = 16, 4
 
@@ -244,6 +236,7 @@ def test_loss_ratio_matches_fidelity_evaluation():
     {"budget": 16, "interval": 16},
     {"clip_eps": 0},
     {"drop_entropy_frac": 1.0},
+    {"advantage": "per_token"},
     {"nope": 1},
 ])
 def test_config_validation(bad):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from training.plackett_luce import gumbel_topk, log_prob, step_log_probs
+from foresight.sampling import gumbel_topk, log_prob, step_log_probs
 
 
 def brute_force(logits: list[float], order: tuple[int, ...], free: list[bool]) -> float:

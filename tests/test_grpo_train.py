@@ -72,6 +72,9 @@ def test_grpo_trains_and_resume_equals_uninterrupted(tiny_grpo, tmp_path):
     assert full["finished"] and full["skipped"] == 0
     for key in ("heldout_reward_sample", "heldout_reward_topk", "heldout_loss_ratio_topk", "heldout_loss_ratio_sample"):
         assert key in full["eval"] and key in full["eval_before"]
+    for key in ("heldout_vs_sl_mean", "heldout_vs_sl_ci_low", "heldout_vs_sl_ci_high"):
+        assert key in full["eval"] and key in full["eval_before"]
+    assert full["eval_before"]["heldout_vs_sl_mean"] == 0.0  # before training the policy is the SL scorer
     recs = read_metrics(tmp_path / "full" / "metrics.jsonl")
     train = [r for r in recs if r["kind"] == "train"]
     assert [r["step"] for r in train] == [1, 2, 3, 4]
@@ -82,7 +85,9 @@ def test_grpo_trains_and_resume_equals_uninterrupted(tiny_grpo, tmp_path):
     init, final = _weights(tiny_grpo / "scorer"), _weights(tmp_path / "full" / "scorer")
     assert any(not torch.equal(init[k], final[k]) for k in ("w1", "w2", "b1"))  # it learned something
     assert torch.equal(init["feature_mean"], final["feature_mean"])  # the normaliser is a buffer, untouched
-    prov = json.loads((tmp_path / "full" / "scorer" / "config.json").read_text())["provenance"]
+    exported = json.loads((tmp_path / "full" / "scorer" / "config.json").read_text())
+    assert exported["temperature"] == 1.0  # the sampling temperature it was trained at, `learned`'s default
+    prov = exported["provenance"]
     assert prov["trainer"] == "test" and prov["grpo"]["init_scorer"] == str(tiny_grpo / "scorer")
 
     # stop after 2 steps (a rollout boundary), then --resume: same weights as the uninterrupted run

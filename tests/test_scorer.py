@@ -17,7 +17,7 @@ from foresight.errors import ForesightError
 from foresight.features import ATTN_STATS, FeatureExtractor, feature_dim
 from foresight.policies import make_policy
 from foresight.policies.base import EvictionPolicy
-from foresight.policies.learned import sample_keep
+from foresight.sampling import kept_indices, sample_eviction
 from foresight.policies.recorder import FeatureRecorder
 from foresight.scorer import Scorer, ScorerConfig, ScorerMismatchError
 from tests.conftest import get_model
@@ -136,20 +136,24 @@ def test_cli_generate_with_learned_policy(tmp_path, capsys):
     assert stats["policy"] == "learned" and stats["evictions"] > 0
 
 
-def test_sample_keep_draws_only_from_the_pool_and_respects_masks():
+def test_sample_eviction_draws_from_all_candidates_and_respects_masks():
     gen = torch.Generator().manual_seed(0)
-    c, keep = 12, 8  # evict 4, pool 8
-    scores = torch.arange(c, dtype=torch.float32).repeat(50, 1)
+    c, keep = 12, 8  # evict 4 of 12
+    scores = torch.arange(c, dtype=torch.float32).repeat(400, 1)
     scores[:, 0] = float("inf")  # a protected sink scored +inf ...
     scores[:, 11] = float("-inf")  # ... and padding scored -inf
-    kept = sample_keep(scores, keep, pool=8, generator=gen)
-    assert kept.shape == (50, keep)
-    evicted = torch.ones(50, c, dtype=torch.bool).scatter_(1, kept, False)
+    draw = sample_eviction(scores, c - keep, temperature=4.0, generator=gen)
+    kept = kept_indices(draw.order, c, keep)
+    assert kept.shape == (400, keep)
+    evicted = torch.ones(400, c, dtype=torch.bool).scatter_(1, kept, False)
     assert evicted.sum(1).eq(c - keep).all()
     assert evicted[:, 11].all() and not evicted[:, 0].any()
-    pool = torch.tensor([0.0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1], dtype=torch.bool)  # -inf and the 7 lowest
-    assert not evicted[:, ~pool].any()
+    assert bool((draw.order[:, 0] == 11).all())  # padding goes first, outside the draw
+    assert evicted[:, 1:11].any(0).all()  # no pool: every drawable candidate can be evicted (also the 8 highest)
     assert len({tuple(r) for r in evicted.int().tolist()}) > 1  # actually stochastic
+    # fewer drawable candidates than evictions: protected entries go last, as top-k would evict them
+    few = torch.tensor([[float("inf"), 0.0, float("inf"), 1.0]])
+    assert sorted(sample_eviction(few, 3, 1.0, gen).order[0, :2].tolist()) == [1, 3]
 
 
 # ---------------------------------------------------------------------------------------------------------------

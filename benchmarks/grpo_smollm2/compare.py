@@ -2,7 +2,8 @@
 seeds, same seeds for every scorer), sampled loss ratio, top-k reward and top-k loss ratio."""
 import json, os, sys
 from training.distributed import DistInfo
-from training.grpo import GRPOConfig, GRPOTask, loss_ratio, _derive_seed
+from training.grpo import GRPOConfig, GRPOTask, _derive_seed
+from training.reward import loss_ratio
 from foresight.scorer import Scorer
 
 E = os.environ.get("E", "runs/exp7")

@@ -12,35 +12,14 @@ from typing import Any, ClassVar
 
 import torch
 
-from foresight.views import EvictView, StepView
+from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy, check_range
 from foresight.policies.registry import register_policy
+from foresight.sampling import EvictionDraw, kept_indices, sample_eviction
+from foresight.scorer import Scorer
+from foresight.views import EvictView, StepView
 
 SELECTIONS = ("topk", "sample")
-
-
-def sample_keep(scores: torch.Tensor, num_keep: int, pool: int, temperature: float = 1.0,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """Sample an eviction set and return the kept indices (..., num_keep).
-
-    The ``C - num_keep`` evicted candidates are drawn without replacement from the ``pool`` most evictable
-    candidates (lowest keep score) with probabilities ``softmax(-scores / temperature)`` (Plackett-Luce),
-    via the Gumbel-top-k trick. Entries scored ``-inf`` (padding) are evicted first, ``+inf`` (sinks) never
-    unless the pool leaves no choice.
-    """
-    c = scores.shape[-1]
-    n_evict = c - num_keep
-    if n_evict <= 0:
-        return torch.arange(c, device=scores.device).expand(*scores.shape[:-1], c)
-    logits = -scores.float() / temperature
-    pool = max(min(pool, c), n_evict)
-    pool_idx = logits.topk(pool, dim=-1).indices
-    pool_logits = logits.gather(-1, pool_idx)
-    u = torch.rand(pool_logits.shape, generator=generator, device="cpu").to(scores.device)
-    gumbel = -torch.log(-torch.log(u.clamp(1e-12, 1 - 1e-12)))
-    chosen = pool_idx.gather(-1, (pool_logits + gumbel).topk(n_evict, dim=-1).indices)
-    evicted = torch.zeros(scores.shape, dtype=torch.bool, device=scores.device).scatter_(-1, chosen, True)
-    return (~evicted).float().topk(num_keep, dim=-1).indices
 
 
 @register_policy
@@ -53,10 +32,12 @@ class LearnedPolicy(EvictionPolicy):
     scorer
         A scorer directory (``foresight train sl`` output) or a :class:`~foresight.scorer.Scorer`.
     selection
-        ``topk``: keep the highest scores (deterministic). ``sample``: sample the evicted set without
-        replacement from the ``2 W`` lowest-scoring candidates by ``softmax(-score / temperature)``.
+        ``topk``: keep the highest scores (deterministic). ``sample``: draw the evicted set without
+        replacement from *all* candidates by Plackett–Luce with logits ``-score / temperature``
+        (:func:`foresight.sampling.sample_eviction`, the very draw GRPO trains).
     temperature
-        Softmax temperature of ``sample``.
+        Temperature of ``sample``; default: the one the scorer was trained with (``temperature`` in its
+        config, recorded by GRPO), else 1.0.
     seed
         Seed of the sampling generator, re-applied at every reset.
     """
@@ -65,7 +46,7 @@ class LearnedPolicy(EvictionPolicy):
     observes: ClassVar[bool] = True
     scorer: Any = None
     selection: str = "topk"
-    temperature: float = 1.0
+    temperature: float | None = None
     seed: int = 0
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -73,17 +54,22 @@ class LearnedPolicy(EvictionPolicy):
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        from foresight.errors import ForesightError
-        from foresight.scorer import Scorer
-
         if self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
-        check_range("temperature", self.temperature, 1e-6)
+        if self.temperature is not None:
+            check_range("temperature", self.temperature, 1e-6)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
         self._scorer = self.scorer if isinstance(self.scorer, Scorer) else Scorer.from_pretrained(Path(self.scorer))
         self._scorer.eval()
         self._extractor = self._scorer.config.extractor()
+
+    @property
+    def sampling_temperature(self) -> float:
+        """The temperature ``sample`` uses: explicit, else the scorer's recorded one, else 1.0."""
+        if self.temperature is not None:
+            return float(self.temperature)
+        return float(self._scorer.config.temperature or 1.0)
 
     @property
     def extractor(self):
@@ -97,6 +83,7 @@ class LearnedPolicy(EvictionPolicy):
         cfg = super().config()
         cfg["scorer"] = str(self.scorer) if not hasattr(self.scorer, "config") else "<in-memory>"
         cfg.pop("on_features", None)
+        cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
         return cfg
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
@@ -120,8 +107,6 @@ class LearnedPolicy(EvictionPolicy):
         scores = self._scorer(feats, layer_idx=view.layer_idx)
         live = view.valid[..., : view.num_candidates]
         if not bool(torch.isfinite(scores).masked_fill(~live, True).all()):
-            from foresight.errors import ForesightError
-
             raise ForesightError(
                 f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {view.event}, "
                 f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
@@ -129,11 +114,14 @@ class LearnedPolicy(EvictionPolicy):
             )
         return scores
 
+    def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:
+        """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
+        return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gen)
+
     def select(self, scores, num_keep, view):
         if self.selection == "topk":
             return super().select(scores, num_keep, view)
-        pool = 2 * (scores.shape[-1] - num_keep)
-        return sample_keep(scores, num_keep, pool, self.temperature, self._gen)
+        return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)

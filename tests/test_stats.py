@@ -1,0 +1,42 @@
+"""The paired bootstrap of evaluation.stats."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from evaluation.stats import paired_bootstrap
+
+
+def test_paired_bootstrap_constant_and_identical_differences():
+    a = [1.2, 1.5, 0.9, 1.1]
+    same = paired_bootstrap(a, a)
+    assert same["mean"] == 0.0 and same["ci_low"] == 0.0 and same["ci_high"] == 0.0 and same["n_traces"] == 4
+    shifted = paired_bootstrap([x + 0.25 for x in a], a, n=500)
+    assert shifted["mean"] == pytest.approx(0.25) and shifted["ci_low"] == pytest.approx(0.25)
+    assert shifted["ci_high"] == pytest.approx(0.25)
+
+
+def test_paired_bootstrap_interval_against_a_reference():
+    rng = np.random.default_rng(0)
+    b = rng.normal(1.2, 0.3, 40)  # large trace-to-trace spread shared by both ...
+    a = b - 0.02 + rng.normal(0, 0.01, 40)  # ... and a small, consistent improvement
+    out = paired_bootstrap(a, b, n=4000, seed=3)
+    d = a - b
+    assert out["mean"] == pytest.approx(d.mean())
+    assert out["ci_low"] < d.mean() < out["ci_high"] < 0  # pairing resolves what pooled means could not
+    se = d.std(ddof=1) / math.sqrt(d.size)  # the normal approximation, close for 40 pairs
+    assert out["ci_low"] == pytest.approx(d.mean() - 1.96 * se, abs=0.6 * se)
+    assert out["ci_high"] == pytest.approx(d.mean() + 1.96 * se, abs=0.6 * se)
+    assert paired_bootstrap(a, b, n=4000, seed=3) == out  # seeded
+
+
+def test_paired_bootstrap_edge_cases():
+    one = paired_bootstrap([1.0], [0.5])
+    assert one["mean"] == 0.5 and math.isnan(one["ci_low"]) and math.isnan(one["ci_high"])
+    with pytest.raises(ValueError):
+        paired_bootstrap([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError):
+        paired_bootstrap([], [])
