@@ -50,7 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except Exception as exc:  # a broken installation: one line, the traceback behind --verbose
+        if "--verbose" in (argv or sys.argv) or "-v" in (argv or sys.argv):
+            raise
+        print(f"foresight: internal error while loading the commands: {type(exc).__name__}: {_one_line(exc)}",
+              file=sys.stderr)
+        return 1
     try:
         args, extra = parser.parse_known_args(argv)
         if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options

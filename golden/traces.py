@@ -223,6 +223,16 @@ def trace_progress(path: str | Path) -> tuple[int, int]:
     return done, len(plan["units"])
 
 
+def _load_shard(path: Path):
+    import datasets
+
+    try:
+        return datasets.load_from_disk(str(path))
+    except Exception as exc:  # pyarrow / datasets errors of a damaged shard (no manifest could tell)
+        raise ForesightError(f"trace shard {path} cannot be read ({type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())[:200]}); {_REDO}") from None
+
+
 def load_traces(path: str | Path):
     """Load the finished traces of ``path`` as one ``datasets.Dataset``, shards concatenated in plan order.
 
@@ -241,11 +251,7 @@ def load_traces(path: str | Path):
         raise ForesightError(f"{path} holds no traces (no {path / 'plan.json'}); run `foresight trace` first")
     if plan.get("kind") != PLAN_KIND:
         raise ForesightError(f"{path} holds {plan.get('kind')!r} output, not traces")
-    parts = [
-        datasets.load_from_disk(str(shard_path(path, u["shard"])))
-        for u in plan["units"]
-        if check_shard(path, u["shard"], _REDO)
-    ]
+    parts = [_load_shard(shard_path(path, u["shard"])) for u in plan["units"] if check_shard(path, u["shard"], _REDO)]
     if not parts:
         raise ForesightError(f"{path} has no finished trace shards yet (under {path / SHARDS_DIR})")
     return datasets.concatenate_datasets(parts)

@@ -285,17 +285,26 @@ def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_p
 
     arrow = next((traces / "shards" / "traces-00000").glob("*.arrow"))
     _truncate(arrow)
+    (traces / "manifests" / "traces-00001.json").unlink()  # a shard nothing can vouch for is redone too
     label_file = next((labels / "shards").glob("*.safetensors"))
     label_file.write_bytes(label_file.read_bytes()[:-7] + b"\0" * 7)  # same size, other bytes
 
     with pytest.raises(Exception, match="traces-00000"):
         load_traces(traces)  # a reader refuses the truncated shard by name (size check)
     assert main(_trace({"out": traces})) == 0
-    assert "redoing shard" in capsys.readouterr().err
-    assert load_traces(traces).to_dict() == rows  # the redone shard is the same
+    err = capsys.readouterr().err
+    assert "redoing shard" in err and "traces-00000" in err and "traces-00001" in err
+    assert load_traces(traces).to_dict() == rows  # the redone shards are the same
 
     assert main(["golden", *TINY, "--traces", str(traces), "--out", str(labels), "--budget", str(B), "--interval",
                  str(W), "--no-progress"]) == 0
     assert "redoing shard" in capsys.readouterr().err  # the hash caught an edit that kept the size
     assert _label_content(labels) == label_content  # same tensors and metadata (the header's key order may vary)
     assert len(load_labels(labels)) == 3
+
+    # killed between writing the manifest and the final rename: the complete file is still a temporary
+    (labels / "shards" / label_file.name).rename(labels / "shards" / f".tmp-{label_file.name}-pid99999")
+    assert main(["golden", *TINY, "--traces", str(traces), "--out", str(labels), "--budget", str(B), "--interval",
+                 str(W), "--no-progress"]) == 0
+    assert not any(p.name.startswith(".tmp") for p in (labels / "shards").iterdir())
+    assert _label_content(labels) == label_content
