@@ -48,6 +48,7 @@ class _Accumulator:
     tokens: int = 0
     kl_tokens: int = 0
     per_trace_delta: list[float] = field(default_factory=list)
+    per_trace_ratio: dict[str, float] = field(default_factory=dict)
 
     def record(self, policy: str, budget: int, interval: int, extra: dict) -> dict:
         n = self.tokens
@@ -70,6 +71,9 @@ class _Accumulator:
             "ce_full": self.ce_full / n if n else nan,
             "delta_ce_se": se,
             "traces": len(deltas),
+            "mean_trace_ratio": (sum(self.per_trace_ratio.values()) / len(self.per_trace_ratio)
+                                 if self.per_trace_ratio else nan),
+            "per_trace_ratio": dict(self.per_trace_ratio),
             **extra,
         }
 
@@ -176,7 +180,8 @@ def evaluate_fidelity(
     -------
     list of dict
         One record per (policy, budget) with the fields of :data:`FIELDS` plus ``ce``, ``ce_full``,
-        ``delta_ce_se`` (standard error of the per-trace mean ΔCE), ``traces``, ``mean_trace_len``,
+        ``delta_ce_se`` (standard error of the per-trace mean ΔCE), ``traces``, ``per_trace_ratio``
+        (``{trace_id: loss ratio of that trace}``), ``mean_trace_ratio`` (their mean), ``mean_trace_len``,
         ``budget_frac`` (budget / mean trace length) and the policy's hyperparameters ``policy_config``.
     """
     if not sequences:
@@ -255,6 +260,7 @@ def evaluate_fidelity(
                 a.ce_full += cf_r
                 a.tokens += cnt
                 a.per_trace_delta.append((ce_r - cf_r) / cnt)
+                a.per_trace_ratio[ids_meta[r]] = ce_r / cf_r if cf_r > 0 else float("nan")
             a.kl += float(hook.kl.sum())
             a.agree += float(hook.agree.sum())
             a.kl_tokens += int(hook.count.sum())

@@ -1,0 +1,160 @@
+"""The quality benchmark: every heuristic, golden and each learned stage on a fixed held-out split, with statistics.
+
+Usage (one command; see benchmarks/quality/README.md for the whole recipe)::
+
+    python benchmarks/quality/run.py --model smollm2-135m --traces runs/quality/heldout_traces \
+        --setting 64:16=runs/quality/golden_B64_W16 --setting 128:32=runs/quality/golden_B128_W32 \
+        --scorer sl=runs/quality/sl_B64 --scorer sl=runs/quality/sl_B128 --out benchmarks/results/quality
+
+For each (B, W) setting it replays every held-out trace under every policy (:mod:`evaluation.fidelity`) and writes
+``quality.json`` (summaries + raw per-trace records), ``quality.md`` (tables) and ``quality.png`` (a plot) via
+:mod:`evaluation.quality`: pooled loss ratio and mean of per-trace ratios per policy, the share of the
+best-heuristic -> golden gap each learned stage closes, and paired per-trace differences with bootstrap 95%
+intervals (stage vs best heuristic, stage vs previous stage). A learned stage's scorer directories are matched to
+settings by the B and W recorded in their config; ``--scorer`` may be repeated per stage. Traces are split by
+problem: ``--heldout-ids`` (one problem id per line) keeps only those problems' traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from evaluation.fidelity import evaluate_fidelity  # noqa: E402
+from evaluation.policies import make_factory  # noqa: E402
+from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
+from foresight.errors import ForesightError  # noqa: E402
+from foresight.models import load_model  # noqa: E402
+from foresight.policies import make_policy  # noqa: E402
+from foresight.scorer import Scorer  # noqa: E402
+from golden.traces import load_traces  # noqa: E402
+
+HEURISTICS = ["random", "streaming_llm", "h2o", "tova", "snapkv", "rkv", "keydiff", "lazy", "paged"]
+
+
+def _setting(text: str) -> tuple[int, int, str]:
+    try:
+        bw, golden = text.split("=", 1)
+        b, w = (int(x) for x in bw.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--setting {text!r}: expected B:W=GOLDEN_DIR, e.g. 64:16=runs/golden")
+    return b, w, golden
+
+
+def _scorer(text: str) -> tuple[str, str]:
+    stage, sep, path = text.partition("=")
+    if not sep or not stage or not path:
+        raise argparse.ArgumentTypeError(f"--scorer {text!r}: expected STAGE=SCORER_DIR, e.g. sl=runs/sl/scorer")
+    return stage, path
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--traces", required=True, help="held-out traces (`foresight trace` output)")
+    p.add_argument("--setting", type=_setting, action="append", required=True, metavar="B:W=GOLDEN_DIR")
+    p.add_argument("--scorer", type=_scorer, action="append", default=[], metavar="STAGE=DIR",
+                   help="a learned stage's scorer (repeat per stage and setting), in training order")
+    p.add_argument("--policies", default=",".join(HEURISTICS), help="heuristics to compare (comma-separated)")
+    p.add_argument("--heldout-ids", default=None, help="keep only traces of these problem ids (one per line)")
+    p.add_argument("--max-traces", type=int, default=0, help="evaluate the first N held-out traces (0 = all)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--out", required=True)
+    return p.parse_args(argv)
+
+
+def _stage_dirs(scorers: list[tuple[str, str]]) -> tuple[list[str], dict[tuple[str, int, int], str]]:
+    """Stages in the order first named, and (stage, B, W) -> scorer dir from each scorer's recorded config."""
+    stages, dirs = [], {}
+    for stage, path in scorers:
+        cfg = Scorer.from_pretrained(path).config
+        key = (stage, cfg.budget, cfg.interval)
+        if key in dirs:
+            raise ForesightError(f"--scorer: two scorers for stage {stage!r} at B={cfg.budget} W={cfg.interval}")
+        dirs[key] = path
+        if stage not in stages:
+            stages.append(stage)
+    return stages, dirs
+
+
+def _plot(summaries: list[dict], path: Path) -> None:
+    fig, axes = plt.subplots(1, len(summaries), figsize=(6 * len(summaries), 4.5), squeeze=False)
+    for ax, s in zip(axes[0], summaries):
+        items = sorted(s["policies"].items(), key=lambda kv: kv[1]["loss_ratio"])
+        names = [n for n, _ in items]
+        stages = {st["stage"] for st in s["stages"]}
+        colors = ["goldenrod" if n == "golden" else "tab:blue" if n in stages else
+                  "tab:red" if n == s["best_heuristic"] else "tab:gray" for n in names]
+        ax.barh(names, [r["loss_ratio"] - 1 for _, r in items], left=1, color=colors)
+        ax.scatter([r["mean_trace_ratio"] for _, r in items], names, color="black", s=12, zorder=3,
+                   label="mean of per-trace ratios")
+        ax.invert_yaxis()
+        ax.set_xlabel("loss ratio (CE evicted / CE full), pooled; lower is better")
+        ax.set_title(f"B={s['budget']}, W={s['interval']}, {s['traces']} held-out traces")
+        ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for p in policies:
+        make_policy(p)  # unknown names fail before any compute
+    stages, dirs = _stage_dirs(args.scorer)
+    for stage in stages:
+        for b, w, _ in args.setting:
+            if (stage, b, w) not in dirs:
+                raise ForesightError(f"--scorer: stage {stage!r} has no scorer for B={b} W={w}")
+    traces = load_traces(args.traces)
+    if args.heldout_ids:
+        keep = {line.strip() for line in Path(args.heldout_ids).read_text().splitlines() if line.strip()}
+        traces = traces.filter(lambda r: r["problem_id"] in keep)
+    if args.max_traces:
+        traces = traces.select(range(min(args.max_traces, len(traces))))
+    if len(traces) == 0:
+        raise ForesightError(f"no held-out traces in {args.traces}")
+    model, _ = load_model(args.model)
+    seqs, ids = list(traces["input_ids"]), list(traces["trace_id"])
+
+    summaries, raw, started = [], [], time.time()
+    for b, w, golden in args.setting:
+        base = make_factory(model=model, golden=golden, interval=w)
+        learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)]) for stage in stages}
+
+        def factory(name, budget, base=base, learned=learned):
+            return learned[name] if name in learned else base(name, budget)
+
+        records = evaluate_fidelity(model, seqs, ["golden", *stages, *policies], [b], w, trace_ids=ids,
+                                    policy_factory=factory, batch_size=args.batch_size, progress=True)
+        summaries.append(quality_summary(records, stages, seed=args.seed))
+        raw.extend(records)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": args.model, "traces": args.traces, "scorers": dict((f"{s}@B{b}W{w}", d) for (s, b, w), d in
+                                                                         dirs.items()),
+            "policies": policies, "seconds": round(time.time() - started, 1)}
+    (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))
+    (out / "quality.md").write_text(f"# Quality benchmark ({args.model})\n\n" + quality_markdown(summaries))
+    _plot(summaries, out / "quality.png")
+    print(quality_markdown(summaries))
+    print(f"wrote {out}/quality.json, quality.md, quality.png in {meta['seconds']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except ForesightError as exc:
+        print(f"quality: error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,97 @@
+"""The quality verdict of learned eviction: how much of the best-heuristic -> golden gap each learned stage closes.
+
+Input: fidelity records (:func:`evaluation.fidelity.evaluate_fidelity`) of one (B, W) setting on a held-out split,
+one per policy, each with the per-trace loss ratios of the same traces. Output, per learned stage (DESIGN.md
+section 5, "Statistics"):
+
+* pooled loss ratio and mean of per-trace ratios, for every policy;
+* the best heuristic (lowest pooled ratio among policies that are neither golden, full nor learned);
+* ``gap_closed`` = (best heuristic - stage) / (best heuristic - golden), pooled ratios;
+* the paired per-trace difference stage - best heuristic with a percentile-bootstrap 95% interval
+  (:func:`evaluation.stats.paired_bootstrap`); an interval entirely below 0 means the stage beats the heuristic
+  beyond trace-sampling noise;
+* the same paired difference between consecutive learned stages (e.g. SL -> SL+DAgger -> +GRPO), so each stage is
+  credited with its own effect.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from foresight.errors import ForesightError
+from evaluation.stats import paired_bootstrap
+
+REFERENCES = ("full", "golden")
+
+
+def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
+    ra, rb = records[a]["per_trace_ratio"], records[b]["per_trace_ratio"]
+    if set(ra) != set(rb):
+        raise ForesightError(f"{a} and {b} were measured on different traces; a paired comparison needs the same")
+    ids = sorted(ra)
+    return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed)
+
+
+def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int = 0) -> dict:
+    """Summarise one setting's fidelity ``records``; ``learned`` names the learned stages in training order."""
+    by_name = {r["policy"]: r for r in records}
+    if len(by_name) != len(records):
+        raise ForesightError("quality_summary: two records for the same policy; pass one (B, W) setting at a time")
+    missing = [n for n in ("golden", *learned) if n not in by_name]
+    if missing:
+        raise ForesightError(f"quality_summary: no fidelity record for {', '.join(missing)}")
+    heuristics = [n for n in by_name if n not in REFERENCES and n not in learned]
+    if not heuristics:
+        raise ForesightError("quality_summary: no heuristic policy to compare against")
+    best = min(heuristics, key=lambda n: by_name[n]["loss_ratio"])
+    golden = by_name["golden"]["loss_ratio"]
+    gap = by_name[best]["loss_ratio"] - golden
+    stages = []
+    for i, name in enumerate(learned):
+        ratio = by_name[name]["loss_ratio"]
+        stage = {
+            "stage": name,
+            "loss_ratio": ratio,
+            "mean_trace_ratio": by_name[name]["mean_trace_ratio"],
+            "gap_closed": (by_name[best]["loss_ratio"] - ratio) / gap if gap > 0 else math.nan,
+            "vs_best_heuristic": _paired(by_name, name, best, seed),
+        }
+        if i > 0:
+            stage["vs_previous_stage"] = {"previous": learned[i - 1], **_paired(by_name, name, learned[i - 1], seed)}
+        stages.append(stage)
+    first = records[0]
+    return {
+        "budget": first["budget"],
+        "interval": first["interval"],
+        "traces": first["traces"],
+        "best_heuristic": best,
+        "policies": {
+            n: {"loss_ratio": r["loss_ratio"], "mean_trace_ratio": r["mean_trace_ratio"]} for n, r in by_name.items()
+        },
+        "stages": stages,
+    }
+
+
+def quality_markdown(summaries: Sequence[dict]) -> str:
+    """One table per setting (every policy, pooled and per-trace mean), then the learned stages' verdicts."""
+    out = []
+    for s in summaries:
+        out.append(f"### B={s['budget']}, W={s['interval']} ({s['traces']} held-out traces)\n")
+        out.append("| policy | pooled loss ratio | mean per-trace ratio |\n|---|---:|---:|")
+        for name, r in sorted(s["policies"].items(), key=lambda kv: kv[1]["loss_ratio"]):
+            mark = " (best heuristic)" if name == s["best_heuristic"] else ""
+            out.append(f"| {name}{mark} | {r['loss_ratio']:.4f} | {r['mean_trace_ratio']:.4f} |")
+        out.append("\n| learned stage | gap closed | paired Δ vs best heuristic [95% CI] | paired Δ vs previous stage |")
+        out.append("|---|---:|---:|---:|")
+        for st in s["stages"]:
+            v = st["vs_best_heuristic"]
+            prev = st.get("vs_previous_stage")
+            prev_s = f"{prev['mean']:+.4f} [{prev['ci_low']:+.4f}, {prev['ci_high']:+.4f}]" if prev else "-"
+            out.append(f"| {st['stage']} | {st['gap_closed']:.0%} | {v['mean']:+.4f} [{v['ci_low']:+.4f}, "
+                       f"{v['ci_high']:+.4f}] | {prev_s} |")
+        out.append("")
+    return "\n".join(out)
+
+
+__all__ = ["quality_markdown", "quality_summary"]

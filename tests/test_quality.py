@@ -1,0 +1,106 @@
+"""The quality benchmark (benchmarks/quality/run.py) end to end on a tiny model, and its statistics by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+
+import foresight
+from evaluation.quality import quality_summary
+from foresight.errors import ForesightError
+from foresight.scorer import Scorer, ScorerConfig
+from golden.labels import save_labels
+from golden.oracle import label_trace
+from tests.conftest import get_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _run_module():
+    spec = importlib.util.spec_from_file_location("quality_run", REPO / "benchmarks" / "quality" / "run.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rec(policy, ratios: dict[str, float], pooled: float | None = None) -> dict:
+    mean = sum(ratios.values()) / len(ratios)
+    return {"policy": policy, "budget": 16, "interval": 4, "traces": len(ratios), "per_trace_ratio": ratios,
+            "loss_ratio": mean if pooled is None else pooled, "mean_trace_ratio": mean}
+
+
+def test_summary_by_hand():
+    recs = [
+        _rec("golden", {"a": 1.0, "b": 1.0}),
+        _rec("h2o", {"a": 1.2, "b": 1.4}),
+        _rec("random", {"a": 2.0, "b": 2.0}),
+        _rec("sl", {"a": 1.1, "b": 1.3}),
+        _rec("grpo", {"a": 1.05, "b": 1.25}),
+    ]
+    s = quality_summary(recs, ["sl", "grpo"])
+    assert s["best_heuristic"] == "h2o"
+    sl, grpo = s["stages"]
+    assert math.isclose(sl["gap_closed"], (1.3 - 1.2) / (1.3 - 1.0))
+    assert math.isclose(sl["vs_best_heuristic"]["mean"], -0.1)
+    assert sl["vs_best_heuristic"]["ci_high"] < 0  # better on every trace by exactly 0.1
+    assert math.isclose(grpo["vs_previous_stage"]["mean"], -0.05) and grpo["vs_previous_stage"]["previous"] == "sl"
+    with pytest.raises(ForesightError, match="different traces"):
+        quality_summary([*recs[:4], _rec("grpo", {"a": 1.0, "c": 1.0})], ["sl", "grpo"])
+    with pytest.raises(ForesightError, match="no fidelity record for golden"):
+        quality_summary(recs[1:], ["sl"])
+
+
+def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+    model, _ = get_model("tiny-llama")
+    gen = torch.Generator().manual_seed(5)
+    fp = json.dumps(foresight.model_fingerprint(model))
+    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
+                            "fingerprint")}
+    for i, n in enumerate((70, 90, 60, 80)):
+        rows["trace_id"].append(f"p{i}#0")
+        rows["problem_id"].append(f"p{i}")
+        rows["sample"].append(0)
+        rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
+        rows["prompt_len"].append(10)
+        rows["answer"].append("")
+        rows["settings"].append("{}")
+        rows["fingerprint"].append(fp)
+    traces = tmp_path / "traces"
+    datasets.Dataset.from_dict(rows).save_to_disk(str(traces))
+    (tmp_path / "heldout.txt").write_text("p0\np1\np3\n")
+    args = ["--model", "tiny-llama", "--traces", str(traces), "--heldout-ids", str(tmp_path / "heldout.txt"),
+            "--policies", "streaming_llm,h2o,random", "--out", str(tmp_path / "out")]
+    for b, w in ((16, 4), (24, 8)):
+        labels = [label_trace(model, torch.tensor([ids]), b, w, trace_id=t)
+                  for t, ids in zip(rows["trace_id"], rows["input_ids"])]
+        (tmp_path / f"g{b}").mkdir()
+        save_labels(tmp_path / f"g{b}" / "labels.safetensors", labels)
+        for stage, seed in (("sl", 0), ("grpo", 1)):
+            cfg = ScorerConfig(foresight.model_fingerprint(model), budget=b, interval=w, hidden=8)
+            Scorer(cfg, seed=seed).save_pretrained(tmp_path / f"{stage}{b}")
+            args += ["--scorer", f"{stage}={tmp_path / f'{stage}{b}'}"]
+        args += ["--setting", f"{b}:{w}={tmp_path / f'g{b}'}"]
+    assert _run_module().main(args) == 0
+    result = json.loads((tmp_path / "out" / "quality.json").read_text())
+    assert [(s["budget"], s["interval"], s["traces"]) for s in result["summaries"]] == [(16, 4, 3), (24, 8, 3)]
+    for s in result["summaries"]:
+        assert set(s["policies"]) == {"golden", "sl", "grpo", "streaming_llm", "h2o", "random"}
+        assert [st["stage"] for st in s["stages"]] == ["sl", "grpo"]
+        for st in s["stages"]:
+            ci = st["vs_best_heuristic"]
+            assert ci["ci_low"] <= ci["mean"] <= ci["ci_high"] and ci["n_traces"] == 3
+        assert "vs_previous_stage" in s["stages"][1]
+    for r in result["records"]:
+        assert sorted(r["per_trace_ratio"]) == ["p0#0", "p1#0", "p3#0"]  # the held-out split only
+    assert (tmp_path / "out" / "quality.png").stat().st_size > 0
+    assert "gap closed" in (tmp_path / "out" / "quality.md").read_text()
+    # a stage without a scorer for one setting is refused before any compute
+    i = args.index(f"grpo={tmp_path / 'grpo24'}")
+    with pytest.raises(ForesightError, match="no scorer for B=24 W=8"):
+        _run_module().main(args[: i - 1] + args[i + 1 :])
