@@ -76,3 +76,28 @@ def test_episode_mode_unchanged_and_per_action_advantages_in_the_loss():
     per_action = torch.randn(3, 4)
     (g_pa,) = torch.autograd.grad(grpo_loss(lp, lp.detach(), None, per_action, None, 0.2, 0.0)[0], lp)
     torch.testing.assert_close(g_pa, -per_action / 4 / 3)
+
+
+def test_per_event_rollouts_through_the_runtime():
+    """collect_rollouts(advantage="per_event"): (G, E) advantages; the first event sees every scored position, so
+    its advantages are the episode-level ones; events after the last scored token get 0."""
+    import foresight
+    from foresight.runtime import replay
+    from foresight.scorer import Scorer, ScorerConfig
+    from tests.conftest import get_model
+    from training.reward import reward_positions
+    from training.rollout import collect_rollouts
+
+    b, w = 16, 4
+    model, _ = get_model("tiny-llama")
+    sc = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=b, interval=w, hidden=8), seed=4)
+    ids = torch.randint(3, 200, (41,), generator=torch.Generator().manual_seed(0)).tolist()
+    full = replay(model, [ids], "full", None, w)
+    pos = reward_positions(full.entropy[0], b + w, 0.2)
+    kw = dict(temperature=0.5, seed=7, positions=pos, ce_full=full.ce[0], eta=0.0)
+    ep = collect_rollouts(model, sc, ids, 3, b, w, **kw)
+    pe = collect_rollouts(model, sc, ids, 3, b, w, advantage="per_event", **kw)
+    assert torch.equal(ep.order, pe.order) and torch.equal(ep.rewards, pe.rewards)  # same draws, same rewards
+    assert ep.advantages.shape == (3,) and pe.advantages.shape == (3, ep.logp_old.shape[0])
+    torch.testing.assert_close(pe.advantages[:, 0], ep.advantages, atol=1e-5, rtol=1e-5)
+    assert not bool(pe.event_mask[-1]) and torch.equal(pe.advantages[:, -1], torch.zeros(3))

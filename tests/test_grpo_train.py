@@ -100,6 +100,16 @@ def test_grpo_trains_and_resume_equals_uninterrupted(tiny_grpo, tmp_path):
         torch.testing.assert_close(b[k], final[k], rtol=0, atol=1e-7, msg=k)
 
 
+def test_grpo_trains_with_per_event_advantages(tiny_grpo, tmp_path):
+    from training.grpo import run_grpo
+
+    model, _ = get_model("tiny-llama")
+    out = run_grpo(_cfg(tiny_grpo, tmp_path / "pe", advantage="per_event", eval_before=False), model=model)
+    assert out["finished"] and out["skipped"] == 0
+    init, final = _weights(tiny_grpo / "scorer"), _weights(tmp_path / "pe" / "scorer")
+    assert any(not torch.equal(init[k], final[k]) for k in ("w1", "w2", "b1"))
+
+
 def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
     from foresight.cli import main
 
