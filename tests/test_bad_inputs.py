@@ -308,3 +308,23 @@ def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_p
                  str(W), "--no-progress"]) == 0
     assert not any(p.name.startswith(".tmp") for p in (labels / "shards").iterdir())
     assert _label_content(labels) == label_content
+
+
+def test_scorer_is_written_before_the_final_evaluation(inputs, tmp_path, monkeypatch):
+    """A final evaluation that fails (or is killed) after a long training run must not cost the trained scorer."""
+    from foresight.config import parse_overrides
+    from tests.conftest import get_model
+    from training.sl import SLConfig, SLTask, run_sl
+
+    def evaluate(self, step, final):
+        if final:
+            raise RuntimeError("the final evaluation failed")
+        return {}
+
+    monkeypatch.setattr(SLTask, "evaluate", evaluate)
+    out = tmp_path / "sl"
+    cfg = SLConfig.from_dict({**parse_overrides(_sl_keys({**inputs, "out": out})), "steps": 1, "micro_batch": 2,
+                              "warmup_steps": 0, "checkpoint_every": 0, "eval_every": 0})
+    with pytest.raises(RuntimeError, match="final evaluation"):
+        run_sl(cfg, model=get_model("tiny-llama")[0])
+    assert (out / "scorer" / "model.safetensors").is_file() and (out / "scorer" / "config.json").is_file()

@@ -251,6 +251,8 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
         logger.close()
         return {"steps": stop, "skipped": skipped, "start": start, "train": last_metrics, "eval": {},
                 "finished": False}
+    if dist.is_main:  # the trained scorer is written before the final evaluation, which may be long or fail
+        module.save_pretrained(out_dir / "scorer")
     engine.eval()
     final = task.evaluate(cfg.steps, final=True)
     if final:
@@ -276,7 +278,7 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
              describe: Callable[[Task], str] | None = None,
              before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:
     """The shared life cycle of a trainer run (SL, GRPO): set up ranks and logging, write ``split.json``,
-    :func:`train`, save the final scorer and ``summary.json`` on rank 0.
+    :func:`train` (which saves the final scorer before the final evaluation) and ``summary.json`` on rank 0.
 
     ``make_task(dist)`` builds the task (with ``train_rows``/``val_rows``); ``describe(task)`` is printed once;
     ``before_train(task, logger)`` may evaluate the initial model (rank 0) and returns what goes into the summary
@@ -311,8 +313,7 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
     if dist.is_main:
         if before:
             summary["eval_before"] = before
-        if summary.get("finished"):
-            task.module.save_pretrained(out / "scorer")
+        if summary.get("finished"):  # train() wrote it before the final evaluation
             summary["scorer"] = str(out / "scorer")
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
