@@ -101,3 +101,11 @@ def test_per_event_rollouts_through_the_runtime():
     assert ep.advantages.shape == (3,) and pe.advantages.shape == (3, ep.logp_old.shape[0])
     torch.testing.assert_close(pe.advantages[:, 0], ep.advantages, atol=1e-5, rtol=1e-5)
     assert not bool(pe.event_mask[-1]) and torch.equal(pe.advantages[:, -1], torch.zeros(3))
+
+
+def test_advantage_signal_metrics():
+    lp = torch.zeros(3, 4)
+    mask = torch.tensor([True, True, True, False])
+    _, m = grpo_loss(lp, lp, None, torch.tensor([[2.0, 0.0, 0.0, 9.0], [0.0, -1.0, 0.0, 9.0], [0.0] * 4]), mask,
+                     0.2, 0.0)
+    assert m["adv_nonzero_frac"] == pytest.approx(2 / 9) and m["adv_abs_mean"] == pytest.approx(3 / 9)

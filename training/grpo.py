@@ -92,6 +92,9 @@ def grpo_loss(logp_new: torch.Tensor, logp_old: torch.Tensor, logp_ref: torch.Te
             "clip_frac": float((clipped * m).sum() / n),
             "ratio_mean": float((ratio * m).sum() / n),
             "log_ratio_absmax": float((log_ratio.abs() * m).max()) if m.any() else 0.0,
+            # the learning signal per action (why GRPO may not move): |A| and the share of actions with A != 0
+            "adv_abs_mean": float((adv.abs().expand_as(m) * m).sum() / n),
+            "adv_nonzero_frac": float(((adv != 0).expand_as(m).to(m.dtype) * m).sum() / n),
         }
     return loss, metrics
 
