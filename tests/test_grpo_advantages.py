@@ -5,9 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+import foresight
+from foresight.runtime import replay
+from foresight.scorer import Scorer, ScorerConfig
+from tests.conftest import get_model
 from training.grpo import grpo_loss
-from training.reward import event_rewards, group_advantages, per_event_advantages
-from training.rollout import Rollout, action_advantages
+from training.reward import event_rewards, group_advantages, per_event_advantages, reward_positions
+from training.rollout import Rollout, action_advantages, collect_rollouts
 
 
 def _example():
@@ -81,13 +85,6 @@ def test_episode_mode_unchanged_and_per_action_advantages_in_the_loss():
 def test_per_event_rollouts_through_the_runtime():
     """collect_rollouts(advantage="per_event"): (G, E) advantages; the first event sees every scored position, so
     its advantages are the episode-level ones; events after the last scored token get 0."""
-    import foresight
-    from foresight.runtime import replay
-    from foresight.scorer import Scorer, ScorerConfig
-    from tests.conftest import get_model
-    from training.reward import reward_positions
-    from training.rollout import collect_rollouts
-
     b, w = 16, 4
     model, _ = get_model("tiny-llama")
     sc = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=b, interval=w, hidden=8), seed=4)
