@@ -15,28 +15,21 @@ It works inside ``model.generate`` too (kvpress-style drop-in)::
     cache = BudgetedCache(model, policy="h2o", budget=128, interval=32)
     model.generate(input_ids, past_key_values=cache, max_new_tokens=256)
 
-Building a cache for a model installs two forward hooks on it once (a no-op for any other cache): before a forward
-they declare the new tokens' logical positions and validity (from ``position_ids`` / ``attention_mask``), cut an
-over-long prefill at the event points and route attention through :mod:`foresight.attention` (which lets the
-policy observe post-RoPE queries and uses the cache's own mask); after it they fire the event when one is due.
+Building a cache for a model installs two forward hooks on it once (:mod:`foresight.forward_hooks`): they declare
+each forward's new tokens to the cache, cut an over-long prefill at the event points, route attention through
+:mod:`foresight.attention` and close the step, which fires the event when one is due.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from foresight.attention import attention_configs, route, unroute
-from foresight.errors import ForesightError
+from foresight.forward_hooks import install_hooks
 from foresight.models import check_supported, model_fingerprint, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
 from foresight.views import EvictView, StepView, attention_probs, chunk_causal
-
-_HOOKED = "_foresight_hooks"
-
 
 class BudgetedLayer(DynamicLayer):
     """One layer's keys/values with per-entry logical positions and validity, shape (batch, Hkv, n)."""
@@ -91,6 +84,8 @@ class BudgetedCache(Cache):
     meta
         Per-row context handed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
+
+    drives_forward = True  # the forward hooks (foresight.forward_hooks) act on caches that say so
 
     def __init__(
         self,
@@ -296,104 +291,4 @@ class BudgetedCache(Cache):
         }
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Forward hooks: how the cache drives a model's forward, ours or transformers' generate
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def install_hooks(model) -> None:
-    """Install the cache's forward hooks on ``model`` once; they act only when a :class:`BudgetedCache` is passed."""
-    if getattr(model, _HOOKED, None) is not None:
-        return
-    configs = attention_configs(model)
-    pre = model.register_forward_pre_hook(
-        lambda module, args, kwargs: _before_forward(module, configs, args, kwargs), with_kwargs=True
-    )
-    post = model.register_forward_hook(_after_forward, with_kwargs=True, always_call=True)
-    setattr(model, _HOOKED, (pre, post))
-
-
-def _step_inputs(cache: BudgetedCache, ids: torch.Tensor, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logical positions and validity (batch, q) of a forward's new tokens, from its keyword arguments."""
-    batch, q = ids.shape[:2]
-    mask = kwargs.get("attention_mask")
-    if mask is not None and mask.dim() != 2:
-        raise ForesightError("BudgetedCache needs a 2-D attention_mask (batch, tokens) or none")
-    valid = torch.ones(batch, q, dtype=torch.bool, device=ids.device) if mask is None else mask[:, -q:].bool()
-    positions = kwargs.get("position_ids")
-    if positions is None:
-        if mask is not None:
-            positions = (mask.long().cumsum(-1) - 1).clamp_(min=0)[:, -q:]
-        else:
-            positions = (torch.arange(q, device=ids.device) + cache.fed)[None].expand(batch, -1)
-    return positions, valid
-
-
-def _before_forward(model, configs, args, kwargs):
-    cache = kwargs.get("past_key_values")
-    if not isinstance(cache, BudgetedCache):
-        return None
-    ids = kwargs.get("input_ids", args[0] if args else None)
-    if ids is None:
-        ids = kwargs["inputs_embeds"]
-    if args:
-        kwargs["input_ids"], args = args[0], args[1:]
-    q = ids.shape[1]
-    event = cache.next_event()
-    if event is not None and cache.fed + q > event:
-        kwargs = _prefill_in_pieces(model, cache, kwargs, q)
-    positions, valid = _step_inputs(cache, kwargs.get("input_ids", kwargs.get("inputs_embeds")), kwargs)
-    kwargs["position_ids"] = positions
-    kwargs["use_cache"] = True
-    cache.begin_step(positions, valid)
-    cache._routed.append(route(configs, cache))
-    return args, kwargs
-
-
-def _prefill_in_pieces(model, cache: BudgetedCache, kwargs: dict, q: int) -> dict:
-    """Feed all but the last schedule piece of an over-long forward; return the kwargs of the last piece.
-
-    Only the last piece's logits come back, so this is allowed when the caller asks for the last position's
-    logits only (``logits_to_keep=1``, as ``generate`` does); feed pieces yourself (:func:`foresight.replay`)
-    to get logits of every position.
-    """
-    if kwargs.get("logits_to_keep") != 1:
-        raise ForesightError(
-            f"a forward of {q} tokens would cross the eviction event at token {cache.next_event()} "
-            f"(B={cache.budget}, W={cache.interval}); pass logits_to_keep=1 (as generate does) or feed it in "
-            "pieces with foresight.replay"
-        )
-    key = "input_ids" if kwargs.get("input_ids") is not None else "inputs_embeds"
-    seq = kwargs[key]
-    mask = kwargs.get("attention_mask")
-    positions, _ = _step_inputs(cache, seq, kwargs)
-    start = cache.fed
-    end = start + q
-    # The first forward of a protected prompt is never cut: its tokens are never evicted.
-    if cache.config.protect_prompt and start == 0:
-        return kwargs
-    pieces = cache.pieces(end, chunk=q)
-    fixed = {k: v for k, v in kwargs.items() if k not in (key, "attention_mask", "position_ids", "cache_position")}
-    for a, b, _ in pieces[:-1]:
-        piece = {key: seq[:, a - start : b - start], "position_ids": positions[:, a - start : b - start]}
-        if mask is not None:
-            piece["attention_mask"] = mask[:, : mask.shape[1] - (end - b)]
-        model(**fixed, **piece)
-    a = pieces[-1][0]
-    kwargs = {**fixed, key: seq[:, a - start :], "position_ids": positions[:, a - start :]}
-    if mask is not None:
-        kwargs["attention_mask"] = mask
-    return kwargs
-
-
-def _after_forward(model, args, kwargs, output: Any):
-    cache = kwargs.get("past_key_values")
-    if not isinstance(cache, BudgetedCache) or not cache._routed:
-        return None
-    unroute(cache._routed.pop())
-    if output is not None:  # None when the forward raised (always_call): leave the cache as it is
-        cache.end_step()
-    return None
-
-
-__all__ = ["BudgetedCache", "BudgetedLayer", "EvictView", "StepView", "attention_probs", "install_hooks"]
+__all__ = ["BudgetedCache", "BudgetedLayer", "EvictView", "StepView", "attention_probs"]
