@@ -7,6 +7,16 @@ format, the model fingerprint, B, W, the trace ids and, per trace, the :func:`to
 the labels were computed from. Every event of the runtime's schedule fires at ``B + W`` entries, so there are
 always ``B`` candidates and ``W`` evictions.
 
+Format /3 adds ``t/foresight`` (L, Hkv, end_0 + ... + end_{E-1}) fp32: the oracle's foresight value
+α(i, s) = max over blocks j > s of ā[i, j] of *every* position ``i`` already appended at every event (0 when no
+block remains), event ``e``'s ``end_e`` values packed after those of the earlier events, so on-policy relabelling
+(DAgger, :mod:`training.dagger`) can label candidates that golden's own cache never held
+(:meth:`TraceLabels.alpha_at`). It is one column of the suffix maxima of ā per event, cut at the event: at most
+N / W columns of at most N values, O(N · N/W) per (layer, KV head) like ā itself. It is read lazily (only
+DAgger needs it; loading labels for replay or distillation does not hold it in memory). Files of format /2 lack
+it but are otherwise complete: they stay readable for golden replay and distillation, and DAgger refuses them
+with a request to regenerate.
+
 Labels are looked up by trace id, and an id says nothing about the tokens: labels of other token sequences
 under the same ids replay without complaint and give a meaningless golden loss ratio. So everything that
 combines labels with traces checks the hash (:func:`check_label_tokens`; the golden policy does it at every
@@ -25,7 +35,9 @@ import torch
 
 from foresight.errors import ForesightError
 
-FORMAT = "foresight-golden-labels/2"
+FORMAT = "foresight-golden-labels/3"
+#: Readable formats without the per-position foresight values (DAgger refuses them, nothing else needs them).
+NO_FORESIGHT_FORMATS = ("foresight-golden-labels/2",)
 #: Earlier formats: readable in principle, but without token hashes, so refused (never trusted silently).
 OLD_FORMATS = ("foresight-golden-labels/1",)
 
@@ -67,6 +79,43 @@ class TraceLabels:
     events: list[EventLabel] = field(default_factory=list)
     token_hash: str | None = None  # token_hash() of the trace the labels were computed from
     source: str | None = None  # the file the labels were read from (for messages)
+    #: (L, Hkv, sum of event ends) fp32 α(i, s_e) of every appended position at every event, packed (module
+    #: docstring); read on first use from ``foresight_file`` when the labels came from a /3 file
+    foresight: torch.Tensor | None = None
+    foresight_file: str | None = None
+
+    def load_foresight(self) -> torch.Tensor:
+        """The packed foresight values (read from ``foresight_file`` on first use)."""
+        if self.foresight is None and self.foresight_file:
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                with safe_open(self.foresight_file, framework="pt") as f:
+                    self.foresight = f.get_tensor(f"{self.trace_id}/foresight")
+            except (SafetensorError, OSError) as exc:
+                raise ForesightError(f"{self.foresight_file} is not a readable golden label file "
+                                     f"({' '.join(str(exc).split())}); redo it with `foresight golden`") from None
+        if self.foresight is None:
+            raise LabelMismatchError(
+                f"golden labels {self.source or '(in memory)'} of trace {self.trace_id!r} hold no per-position "
+                f"foresight values (made before format {FORMAT}); regenerate them with `foresight golden` into a "
+                "new directory to use on-policy relabelling (dagger_rounds > 0)")
+        return self.foresight
+
+    def release_foresight(self) -> None:
+        """Drop the foresight values from memory when they can be read again from ``foresight_file``."""
+        if self.foresight_file:
+            self.foresight = None
+
+    def alpha_at(self, event: int, layer: int, positions: torch.Tensor) -> torch.Tensor:
+        """The oracle's foresight values (Hkv, C) at ``event`` of ``layer`` for any (Hkv, C) logical
+        ``positions`` already appended at that event (candidates of whatever cache a policy produced)."""
+        packed = self.load_foresight()
+        start = sum(ev.end for ev in self.events[:event])
+        pos = positions.long().cpu()
+        if pos.numel() and (int(pos.min()) < 0 or int(pos.max()) >= self.events[event].end):
+            raise ValueError(f"positions outside [0, {self.events[event].end}) at event {event}")
+        return packed[layer].gather(-1, pos + start)
 
 
 def token_hash(input_ids) -> str:
@@ -85,6 +134,8 @@ def _stack(label: TraceLabels) -> dict[str, torch.Tensor]:
         f"{t}/candidates": torch.stack([e.candidates for e in ev]).to(torch.int32).contiguous(),
         f"{t}/alpha": torch.stack([e.alpha for e in ev]).float().contiguous(),
         f"{t}/evicted": torch.stack([e.evicted for e in ev]).to(torch.int32).contiguous(),
+        **({} if label.foresight is None and not label.foresight_file
+           else {f"{t}/foresight": label.load_foresight().float().contiguous()}),
     }
 
 
@@ -142,8 +193,9 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
                 "against the traces they are used with; regenerate them with `foresight golden` into a new "
                 "directory (or delete the old one first)"
             )
-        if meta.get("format") != FORMAT:
+        if meta.get("format") not in (FORMAT, *NO_FORESIGHT_FORMATS):
             raise ForesightError(f"{path} is not a golden label file (format {meta.get('format')!r})")
+        names = set(f.keys())
         fp, budget, interval = json.loads(meta["fingerprint"]), int(meta["budget"]), int(meta["interval"])
         hashes = json.loads(meta.get("token_hashes", "{}"))
         for tid in json.loads(meta["trace_ids"]):
@@ -155,7 +207,8 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
             alpha = f.get_tensor(f"{tid}/alpha")
             evicted = f.get_tensor(f"{tid}/evicted").long()
             events = [EventLabel(int(e), cand[k], alpha[k], evicted[k]) for k, e in enumerate(ends)]
-            out[tid] = TraceLabels(tid, budget, interval, fp, events, hashes[tid], str(path))
+            lazy = str(path) if f"{tid}/foresight" in names else None
+            out[tid] = TraceLabels(tid, budget, interval, fp, events, hashes[tid], str(path), foresight_file=lazy)
     return out
 
 

@@ -12,6 +12,10 @@ ForesightKV, "Learning to Evict: ForesightKV for Long-Context Reasoning" (Golden
 2. :func:`greedy_schedule` walks the events: after block s, the candidates are the cache entries except the
    newest W, α_i = max over blocks j > s of ā[i, j] (0 when none remain), and the W candidates with the
    lowest α are evicted (ties: the older entry first). Vectorised over layers and KV heads.
+3. :func:`event_foresight` keeps, per event, the column of suffix maxima that step 2 read α from, for *every*
+   position appended so far: the oracle's value of any candidate any cache may hold at that event, which
+   on-policy relabelling (:mod:`training.dagger`) needs. At most N/W columns of at most N values, packed:
+   memory O(N · N/W) per head.
 """
 
 from __future__ import annotations
@@ -161,12 +165,26 @@ def greedy_schedule(
     return events
 
 
+def event_foresight(future: torch.Tensor, pieces: Pieces) -> torch.Tensor:
+    """α(i, s) = max over blocks j > s of ā[..., i, j] for every position i < end at every event s (0 after the
+    last block), from the suffix maxima ``future`` (``future_max_(abar)``), packed event after event along the
+    last axis: (*lead, sum of event ends) fp32 on CPU (read it with :meth:`golden.labels.TraceLabels.alpha_at`)."""
+    nb = future.shape[-1]
+    cols = [future[..., :end, s + 1] if s + 1 < nb else torch.zeros_like(future[..., :end, 0])
+            for s, (_, end, fire) in enumerate(pieces) if fire]
+    if not cols:
+        return torch.zeros(*future.shape[:-2], 0, dtype=torch.float32)
+    return torch.cat(cols, dim=-1).float().cpu()
+
+
 def label_trace(
     model, input_ids, budget: int, interval: int, trace_id: str = "", chunk: int | None = None
 ) -> TraceLabels:
-    """Golden labels of one trace at budget B and interval W (events fire exactly where replay's do)."""
+    """Golden labels of one trace at budget B and interval W (events fire exactly where replay's do), with the
+    foresight values of every position at every event (:func:`event_foresight`)."""
     from foresight.models import model_fingerprint
 
     abar, pieces = block_attention(model, input_ids, budget, interval, chunk)
-    events = greedy_schedule(abar, pieces, budget, interval, inplace=True)
-    return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids))
+    events = greedy_schedule(abar, pieces, budget, interval, inplace=True)  # abar now holds its suffix maxima
+    return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids),
+                       foresight=event_foresight(abar, pieces))

@@ -80,6 +80,8 @@ class SLConfig(TrainerConfig):
     eval_fidelity: bool = True
     fidelity_policies: list = field(default_factory=lambda: ["streaming_llm", "random", "h2o", "golden"])
     fidelity_max_traces: int = 0
+    dagger_rounds: int = 0
+    dagger_beta: float = 0.5
 
     def __post_init__(self):
         super().__post_init__()
@@ -102,6 +104,10 @@ class SLConfig(TrainerConfig):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0 (0 = all), got {getattr(self, key)}")
         check_policy_names(self.fidelity_policies, "fidelity_policies")  # a typo fails now, not after training
+        if self.dagger_rounds < 0:
+            raise ValueError(f"dagger_rounds must be >= 0 (0 = no on-policy rounds), got {self.dagger_rounds}")
+        if not 0.0 <= self.dagger_beta <= 1.0:
+            raise ValueError(f"dagger_beta must be in [0, 1], got {self.dagger_beta}")
 
     @classmethod
     def keys(cls) -> list[str]:
@@ -319,7 +325,7 @@ class SLTask:
 
     def __init__(self, cfg: SLConfig, dist, model=None):
         from foresight import model_fingerprint
-        from foresight.scorer import Scorer, ScorerConfig
+        from foresight.scorer import ScorerConfig
         from golden.labels import check_label_tokens, check_labels_match, load_labels
         from golden.traces import load_traces
         from training.distributed import barrier
@@ -399,13 +405,20 @@ class SLTask:
         self.val = load(self.val_rows)
         if self.train is None:
             raise ForesightError("the training traces have no eviction events (traces shorter than B + W?)")
-        self.module = Scorer(self.scorer_config, seed=cfg.seed)
-        norm_idx = normalizer_sample(self.train["features"].shape[0], cfg.seed)
+        self.columns = columns  # the configured feature set's columns of the full feature vector
+        self.init_scorer()
+        self.baselines = self._baseline_metrics() if dist.is_main else {}
+
+    def init_scorer(self) -> None:
+        """A fresh scorer (seeded) standardised on ``self.train`` (DAgger calls it again on aggregated rows)."""
+        from foresight.scorer import Scorer
+
+        self.module = Scorer(self.scorer_config, seed=self.cfg.seed)
+        norm_idx = normalizer_sample(self.train["features"].shape[0], self.cfg.seed)
         self.module.fit_normalizer(self.train["features"][norm_idx].float().transpose(0, 1))  # (L, E, K, C, D)
         self.scorer_config.provenance["normalizer_events"] = len(norm_idx)
         self.scorer_config.provenance["train_events"] = int(self.train["features"].shape[0])
         self.scorer_config.provenance["heldout_events"] = 0 if self.val is None else int(self.val["features"].shape[0])
-        self.baselines = self._baseline_metrics() if dist.is_main else {}
 
     # -- loop.Task ------------------------------------------------------------------------------------------------
     def num_items(self) -> int:
@@ -476,8 +489,14 @@ class SLTask:
 
 @register_trainer("sl", SLConfig, help="distil golden labels into the scorer (pairwise ranking hinge)")
 def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
-    """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``."""
+    """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
+    ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`)."""
     from training.loop import run_task
+
+    if cfg.dagger_rounds:
+        from training.dagger import run_dagger
+
+        return run_dagger(cfg, lambda dist, c: SLTask(c, dist, model=model), resume=resume)
 
     return run_task(
         cfg, lambda dist: SLTask(cfg, dist, model=model), resume=resume,

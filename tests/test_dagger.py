@@ -1,0 +1,281 @@
+"""On-policy relabelling (DAgger, DESIGN.md stage 1b): oracle values for any candidate, rows from the scorer's own
+trajectory labelled like a brute-force oracle, dagger_rounds=0 unchanged, resume mid-DAgger."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import foresight
+from foresight import replay_schedule
+from foresight.errors import ForesightError
+from golden.labels import LabelMismatchError, load_labels, save_labels
+from training.sl import SLConfig
+
+B, W = 16, 4
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _make_data(root: Path, n: int = 6) -> tuple[Path, Path]:
+    import datasets
+
+    from golden.oracle import label_trace
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    fp = json.dumps(foresight.model_fingerprint(model))
+    g = torch.Generator().manual_seed(1)
+    rows = []
+    for i in range(n):
+        ids = torch.randint(3, 250, (40 + 4 * i,), generator=g).tolist()
+        rows.append(dict(trace_id=f"p{i}#0", problem_id=f"p{i}", sample=0, input_ids=ids, prompt_len=4, answer="",
+                         settings="{}", fingerprint=fp))
+    datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
+    save_labels(root / "labels.safetensors",
+                [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in rows])
+    return root / "traces", root / "labels.safetensors"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return _make_data(tmp_path_factory.mktemp("dagger_data"))
+
+
+def _cfg(data, out: Path, **kw) -> SLConfig:
+    traces, labels = data
+    base = dict(model="tiny-llama", traces=str(traces), labels=str(labels), budget=B, interval=W, heldout=2,
+                steps=8, micro_batch=2, warmup_steps=2, checkpoint_every=0, log_every=2, eval_every=0,
+                eval_fidelity=False, out_dir=str(out), feature_cache=str(out.parent / "features"), device="cpu",
+                deepspeed=str(REPO / "configs" / "deepspeed" / "zero0.json"))
+    base.update(kw)
+    return SLConfig.from_dict(base)
+
+
+def _weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "model.safetensors"))
+
+
+def _rows(out: Path, r: int, trace_id: str):
+    from training.dagger import load_rows, rows_file
+
+    return load_rows(rows_file(out, r, trace_id))
+
+
+def naive_alpha(model, ids: list[int], budget: int, interval: int) -> tuple[torch.Tensor, list[int]]:
+    """Brute force: eager full attention (L, Hkv, N keys, n_blocks) block means, then α(i, s) for every event
+    block s by a max over the later blocks. Returns (E, L, Hkv, N) and the event ends."""
+    t = torch.tensor([ids])
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            att = torch.stack([a[0].float() for a in model(t, output_attentions=True).attentions])  # (L, Hq, q, k)
+    finally:
+        model.set_attn_implementation("sdpa")
+    L, hq, n, _ = att.shape
+    hkv = model.config.num_key_value_heads
+    att = att.view(L, hkv, hq // hkv, n, n).mean(2)
+    pieces = replay_schedule(n, budget, interval)
+    abar = torch.stack([att[:, :, s:e, :].mean(2) for s, e, _ in pieces], dim=-1)  # (L, Hkv, N, nb)
+    out, ends = [], []
+    for s, (_, end, fire) in enumerate(pieces):
+        if fire:
+            later = abar[..., s + 1 :]
+            out.append(later.amax(-1) if later.shape[-1] else torch.zeros(abar.shape[:-1]))
+            ends.append(end)
+    return torch.stack(out), ends
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Labels: α for every position, format /3
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_labels_hold_alpha_of_every_position(data, tmp_path):
+    import datasets
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    row = list(datasets.load_from_disk(str(data[0])))[3]
+    lab = labels[row["trace_id"]]
+    ref, ends = naive_alpha(model, row["input_ids"], B, W)
+    assert [ev.end for ev in lab.events] == ends
+    assert lab.foresight is None and lab.foresight_file  # read on first use only
+    for e, ev in enumerate(lab.events):
+        for layer in range(2):
+            every = torch.arange(ev.end).expand(2, -1)  # every position appended so far, both KV heads
+            torch.testing.assert_close(lab.alpha_at(e, layer, every), ref[e, layer, :, : ev.end], atol=2e-6,
+                                       rtol=1e-5)
+            assert torch.equal(lab.alpha_at(e, layer, ev.candidates[layer]), ev.alpha[layer])  # golden's own
+    n = len(row["input_ids"])
+    assert lab.foresight.shape == (2, 2, sum(ends)) and sum(ends) <= len(ends) * n  # O(N * N/W) per head
+    lab.release_foresight()
+    assert lab.foresight is None
+
+    # a format-/2 file (no foresight values) still loads for replay and SL, and DAgger's lookup refuses it
+    with safe_open(str(data[1]), framework="pt") as f:
+        meta = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys() if not k.endswith("/foresight")}
+    meta["format"] = "foresight-golden-labels/2"
+    save_file(tensors, str(tmp_path / "old.safetensors"), metadata=meta)
+    old = load_labels(tmp_path / "old.safetensors")[row["trace_id"]]
+    assert old.foresight is None and torch.equal(old.events[0].alpha, lab.events[0].alpha)
+    with pytest.raises(LabelMismatchError, match="regenerate"):
+        old.alpha_at(0, 0, old.events[0].candidates[0])
+
+
+def test_config_keys_are_validated(data, tmp_path):
+    assert _cfg(data, tmp_path).dagger_rounds == 0 and _cfg(data, tmp_path).dagger_beta == 0.5
+    with pytest.raises(ValueError, match="dagger_rounds"):
+        _cfg(data, tmp_path, dagger_rounds=-1)
+    with pytest.raises(ValueError, match="dagger_beta"):
+        _cfg(data, tmp_path, dagger_beta=1.5)
+
+
+def test_beta_one_replays_the_golden_trajectory(data):
+    """π with β = 1 is the oracle acting on its own cache: the golden rows, labels and evict sets exactly."""
+    import datasets
+
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor
+    from training.dagger import collect_onpolicy_events
+    from training.sl import collect_events
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    rows = list(datasets.load_from_disk(str(data[0])))[:3]
+    ids, seqs = [r["trace_id"] for r in rows], [r["input_ids"] for r in rows]
+
+    def ext():
+        return FeatureExtractor(window=W, feature_set=tuple(FEATURE_GROUPS))
+
+    got = collect_onpolicy_events(model, seqs, ids, labels, None, ext, None, B, W, 1, 1.0, 0, torch.float32, 3)
+    ref = collect_events(model, seqs, ids, labels, ext, B, W, torch.float32, 1)
+    assert [e.trace_id for e in got] == [e.trace_id for e in ref]
+    for a, b in zip(got, ref):
+        assert torch.equal(a.positions, b.positions) and torch.equal(a.alpha, b.alpha)
+        assert torch.equal(a.evicted, b.evicted)
+        torch.testing.assert_close(a.features, b.features)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One DAgger round with beta = 0: the scorer's own trajectory
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    from training.sl import run_sl
+
+    root = tmp_path_factory.mktemp("dagger_runs")
+    plain = run_sl(_cfg(data, root / "plain"))
+    dag = run_sl(_cfg(data, root / "dagger", dagger_rounds=1, dagger_beta=0.0))
+    return root, plain, dag
+
+
+def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
+    import datasets
+
+    from foresight.policies import make_policy
+    from foresight.runtime import replay
+    from foresight.scorer import Scorer
+    from training.dagger import round_dir
+
+    root, _, dag = runs
+    out = root / "dagger"
+    assert dag["finished"] and [r["round"] for r in dag["rounds"]] == [0, 1]
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    split = json.loads((out / "split.json").read_text())
+    traces = {r["trace_id"]: r["input_ids"] for r in datasets.load_from_disk(str(data[0]))}
+    scorer0 = Scorer.from_pretrained(round_dir(out, 0) / "scorer")
+    differs = 0
+    for tid in split["train"]:
+        rows = _rows(out, 1, tid)
+        golden = torch.stack([ev.candidates for ev in labels[tid].events]).int()
+        assert rows.positions.shape == golden.shape
+        differs += int((rows.positions != golden).any(-1).sum())
+        # the candidates are exactly those the learned policy's own cache holds at each event
+        seen = {}
+        learned = make_policy("learned", scorer=scorer0, on_features=lambda v, f: seen.__setitem__(
+            (v.event, v.layer_idx), v.candidate_positions[0].clone()))
+        replay(model, [traces[tid]], learned, B, W)
+        for e in range(rows.positions.shape[0]):
+            for layer in range(2):
+                assert torch.equal(rows.positions[e, layer], seen[(e, layer)].int())
+        # labels: α of those candidates, recomputed by brute force from eager full attention
+        ref, _ = naive_alpha(model, traces[tid], B, W)
+        want = ref.gather(-1, rows.positions.long())
+        torch.testing.assert_close(rows.alpha, want, atol=2e-6, rtol=1e-5)
+        # the oracle's evict set for that cache: the W lowest α
+        assert rows.evicted.sum(-1).eq(W).all()
+        low = rows.alpha.masked_fill(~rows.evicted, float("-inf")).amax(-1)
+        high = rows.alpha.masked_fill(rows.evicted, float("inf")).amin(-1)
+        assert (low <= high).all()
+    assert differs > 0, "with beta=0 the round-1 candidate sets must differ from golden's somewhere"
+    recs = [r for r in _metrics(out) if r["kind"] == "eval"]
+    assert [r["round"] for r in recs] == [0, 1] and all(0 <= r["overlap"] <= 1 for r in recs)
+    assert recs[1]["onpolicy_events"] > 0 and recs[0]["onpolicy_events"] == 0
+
+
+def test_dagger_rounds_zero_is_todays_distillation(runs):
+    from training.dagger import round_dir
+
+    root, plain, _ = runs
+    assert plain["finished"] and not (root / "plain" / "rounds").exists()
+    assert all("round" not in r for r in _metrics(root / "plain"))
+    a, b = _weights(root / "plain" / "scorer"), _weights(round_dir(root / "dagger", 0) / "scorer")
+    for k in a:  # round 0 of a DAgger run is the plain run, bit for bit
+        assert torch.equal(a[k], b[k]), k
+    final = _weights(root / "dagger" / "scorer")
+    assert any(not torch.equal(final[k], a[k]) for k in a)  # the last round's scorer is the run's scorer
+
+
+def _metrics(out: Path) -> list[dict]:
+    from training.logging import read_metrics
+
+    return read_metrics(out / "metrics.jsonl")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Resume mid-DAgger
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_resume_mid_dagger_equals_uninterrupted(data, tmp_path):
+    from training.dagger import round_dir
+    from training.sl import run_sl
+
+    kw = dict(dagger_rounds=2, steps=6, checkpoint_every=3, eval_fidelity=True, fidelity_policies=["h2o"],
+              fidelity_max_traces=1)
+    full = run_sl(_cfg(data, tmp_path / "full", **kw))
+    assert full["finished"]
+    # killed mid round 1 (6 + 3 steps), then mid round 2 (6 more steps), then to the end
+    a = run_sl(_cfg(data, tmp_path / "part", max_steps_per_run=9, **kw))
+    assert not a["finished"] and a["round"] == 1 and not (tmp_path / "part" / "scorer").exists()
+    with pytest.raises(ForesightError, match="dagger_beta"):
+        run_sl(_cfg(data, tmp_path / "part", dagger_beta=0.25, **kw), resume=True)
+    b = run_sl(_cfg(data, tmp_path / "part", max_steps_per_run=6, **kw), resume=True)
+    assert not b["finished"] and b["round"] == 2 and b["steps_this_run"] == 6
+    c = run_sl(_cfg(data, tmp_path / "part", **kw), resume=True)
+    assert c["finished"] and c["steps_this_run"] == 3
+    for r in range(3):
+        x = _weights(round_dir(tmp_path / "full", r) / "scorer")
+        y = _weights(round_dir(tmp_path / "part", r) / "scorer")
+        for k in x:
+            torch.testing.assert_close(y[k], x[k], rtol=0, atol=1e-7, msg=f"round {r} {k}")
+    for k, v in _weights(tmp_path / "full" / "scorer").items():
+        torch.testing.assert_close(_weights(tmp_path / "part" / "scorer")[k], v, rtol=0, atol=1e-7)
+
+    def evals(out):
+        return [{k: v for k, v in r.items() if k != "time"} for r in _metrics(out) if r["kind"] == "eval"]
+
+    assert evals(tmp_path / "part") == evals(tmp_path / "full")
+    recs = evals(tmp_path / "full")
+    assert [(r["round"], r["step"], r["beta"]) for r in recs] == [(0, 6, 1.0), (1, 12, 0.5), (2, 18, 0.25)]
+    assert all(r["loss_ratio"] > 0 for r in recs)
+    assert {f["policy"] for f in recs[-1]["fidelity"]} == {"learned", "h2o"}

@@ -1,0 +1,399 @@
+"""Stage 1b: on-policy relabelling (DAgger) of the distilled scorer (DESIGN.md section 4).
+
+Ross, Gordon & Bagnell 2011, "A Reduction of Imitation Learning and Structured Prediction to No-Regret Online
+Learning". Distillation (:mod:`training.sl`) only sees caches that golden produced; at inference the scorer meets
+caches that its own mistakes produced. The oracle's foresight value α(i, s) = max over blocks j > s of ā[i, j]
+comes from full-cache future attention, so it is defined for *any* candidate i at any event s; the labels store it
+for every position (``TraceLabels.foresight``, format /3, O(N · N/W) per head), so the oracle labels any state.
+
+Rounds (``foresight train sl`` with ``dagger_rounds = R > 0``):
+
+* round 0 is distillation as before: rows recorded along the golden trajectory;
+* round r ≥ 1 replays every *training* trace with the mixture policy π_r (:class:`MixturePolicy`): at each event,
+  with probability β_r = ``dagger_beta ** r`` (a seeded coin per (seed, round, trace, event), shared by all layers)
+  the oracle acts (it evicts the W candidates of *this* cache with the lowest α, ties: the older entry first, as in
+  :func:`golden.oracle.greedy_schedule`), otherwise the scorer of round r-1 keeps its top-k. At every event the
+  candidates π_r's cache holds are recorded with their features, their α and the oracle's evict set for this cache;
+  the rows are aggregated with those of all earlier rounds (golden rows included);
+* each round **retrains the scorer from scratch** (same seed, ``steps``, LR schedule, normaliser refitted on a
+  seeded sample of the aggregate). As in Ross et al., a round's policy is the learner's best fit to the aggregate
+  data, so round r depends on earlier rounds only through their data: rounds compare like for like (round 0 is
+  bit for bit the scorer of ``dagger_rounds = 0``), and the final scorer is not biased towards the rows of the
+  last round by a warm start trained on fewer of them. The cost is ``steps`` per round either way.
+
+Layout under ``out_dir``: ``rounds/round-<r>/`` is a complete training directory per round (``checkpoints/``,
+its own ``metrics.jsonl`` of training records, ``scorer/``, ``summary.json`` once finished, and for r ≥ 1 the
+recorded ``rows/`` as safetensors, one file per trace); ``rounds/dagger.json`` the settings of the run;
+``metrics.jsonl`` one ``eval`` record per finished round (``round``, ``beta``, row counts, the held-out ranking
+metrics on the golden trajectory, ``loss_ratio`` of the learned policy when ``eval_fidelity``), logged at step
+``(r + 1) * steps``; ``scorer/`` the last round's scorer; ``summary.json``.
+
+Resume (``--resume``): the settings must match ``rounds/dagger.json`` (names the differing keys), finished rounds
+are kept, recorded rows are reused, and the open round resumes from its newest checkpoint
+(:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. ``max_steps_per_run`` counts
+optimisation steps over all rounds of one invocation. A run without ``--resume`` starts the rounds afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import torch
+from tqdm.auto import tqdm
+
+from foresight.errors import ForesightError
+from foresight.policies.base import EvictionPolicy
+from training import checkpoint as ckpt
+
+ROUNDS = "rounds"
+STATE = "dagger.json"
+STATE_FORMAT = "foresight-dagger/1"
+ROWS_FORMAT = "foresight-dagger-rows/1"
+
+
+def round_dir(out_dir: str | Path, r: int) -> Path:
+    return Path(out_dir) / ROUNDS / f"round-{r}"
+
+
+@dataclass
+class Rows:
+    """One trace's rows of one round: features (E, L, Hkv, C, D) of every feature group, α of the candidates,
+    the oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C)."""
+
+    trace_id: str
+    features: torch.Tensor
+    alpha: torch.Tensor
+    evicted: torch.Tensor
+    positions: torch.Tensor
+
+
+def rows_file(out_dir: str | Path, r: int, trace_id: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "_.-" else "_" for c in trace_id)
+    return round_dir(out_dir, r) / "rows" / f"{safe}-{hashlib.sha1(trace_id.encode()).hexdigest()[:8]}.safetensors"
+
+
+def save_rows(path: Path, rows: Rows) -> None:
+    """Write atomically (temp file + rename), so a killed run never leaves a torn rows file."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({"features": rows.features.contiguous(), "alpha": rows.alpha.contiguous(),
+               "evicted": rows.evicted.to(torch.uint8).contiguous(), "positions": rows.positions.contiguous()},
+              str(tmp), metadata={"format": ROWS_FORMAT, "trace_id": rows.trace_id})
+    tmp.replace(path)
+
+
+def load_rows(path: Path) -> Rows:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            t = {k: f.get_tensor(k) for k in f.keys()}
+        if meta.get("format") != ROWS_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}")
+        return Rows(meta["trace_id"], t["features"], t["alpha"], t["evicted"].bool(), t["positions"])
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise ForesightError(f"{path} is not a readable DAgger rows file ({' '.join(str(exc).split())}); delete "
+                             "it and rerun with --resume to record it again") from None
+
+
+def expert_events(seed: int, round_idx: int, trace_id: str, num_events: int, beta: float) -> torch.Tensor:
+    """(num_events,) bool: at which events of a trace the oracle acts in round ``round_idx`` (probability
+    ``beta`` each); a pure function of its arguments, so batching, ranks and resumes do not change it."""
+    key = hashlib.sha256(f"{seed}\x00{round_idx}\x00{trace_id}".encode()).hexdigest()
+    gen = torch.Generator().manual_seed(int(key[:15], 16))
+    return torch.rand(num_events, generator=gen) < beta
+
+
+def oracle_keep_scores(alpha: torch.Tensor) -> torch.Tensor:
+    """Keep scores (..., C) that rank candidates as the greedy oracle does: ascending α, ties older first (the
+    candidates are in cache order, which is ascending position). All distinct, so a top-k is unambiguous."""
+    order = torch.sort(alpha, dim=-1, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(alpha.shape[-1], device=alpha.device).expand_as(order))
+    return ranks.float()
+
+
+RowHook = Callable[[int, Any, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+@dataclass
+class MixturePolicy(EvictionPolicy):
+    """π_r: per event the oracle (where ``expert[trace][event]``) or the scorer's top-k, over one extractor.
+
+    Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
+    reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
+    ``on_row(b, view, features, alpha, evicted)`` receives each row's candidates before eviction: features
+    (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
+    """
+
+    name: ClassVar[str] = "dagger_mixture"
+    observes: ClassVar[bool] = True
+    extractor: Any = None
+    scorer: Any = None
+    columns: torch.Tensor | None = None
+    labels: dict | None = None
+    expert: dict | None = None
+    on_row: RowHook | None = None
+
+    def reset(self, batch_size, num_layers, device, num_groups: int = 1, trace_ids=None, fingerprint=None, **meta):
+        if trace_ids is None or len(trace_ids) != batch_size:
+            raise ForesightError("the DAgger mixture policy needs trace_ids=[...] (one per row) to find α")
+        self._rows = [self.labels[t] for t in trace_ids]
+        self._expert = [self.expert[t] for t in trace_ids]
+        if self.scorer is not None:
+            if fingerprint is not None:
+                self.scorer.check_compatible(fingerprint)
+            self.scorer.to(device)
+        self.extractor.reset(num_layers, num_groups)
+
+    def observe(self, view):
+        self.extractor.observe(view)
+
+    @torch.no_grad()
+    def score(self, view):
+        feats = self.extractor.features(view)  # once per event and layer: it folds the running sums
+        pos = view.candidate_positions
+        scores = pos.float().clone()  # recency for rows whose trace has ended (padding)
+        learned = None
+        n_evict = view.num_candidates - view.num_keep
+        for b, lab in enumerate(self._rows):
+            if view.event >= len(lab.events):
+                continue
+            alpha = lab.alpha_at(view.event, view.layer_idx, pos[b])
+            oracle = oracle_keep_scores(alpha)
+            if self.on_row is not None:
+                self.on_row(b, view, feats[b], alpha, oracle < n_evict)
+            if bool(self._expert[b][view.event]) or self.scorer is None:
+                scores[b] = oracle.to(scores.device)
+            else:
+                if learned is None:
+                    learned = self.scorer(feats.index_select(-1, self.columns.to(feats.device)),
+                                          layer_idx=view.layer_idx)
+                scores[b] = learned[b].float()
+        return scores
+
+    def on_evict(self, layer_idx, keep):
+        self.extractor.on_evict(layer_idx, keep)
+
+
+def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, extractor_factory,
+                            columns: torch.Tensor, budget: int, interval: int, round_idx: int, beta: float,
+                            seed: int, feature_dtype: torch.dtype = torch.float16,
+                            batch_size: int = 1) -> list[Rows]:
+    """Replay ``sequences`` under π_r and record, at every event, the candidates its cache holds: features
+    (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one :class:`Rows` per trace with
+    events). ``labels`` maps trace id -> :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means
+    the oracle acts at every event; ``extractor_factory()`` returns a fresh full-feature-set extractor."""
+    from foresight.runtime import replay
+
+    num_layers = model.config.num_hidden_layers
+    out = []
+    for s0 in range(0, len(sequences), batch_size):
+        seqs, ids = sequences[s0 : s0 + batch_size], list(trace_ids[s0 : s0 + batch_size])
+        rec: dict[tuple[int, int], dict[int, tuple]] = {}
+
+        def on_row(b, view, feats, alpha, evicted, rec=rec):
+            rec.setdefault((b, view.event), {})[view.layer_idx] = (
+                feats.detach().to("cpu", feature_dtype), alpha.float().cpu(), evicted.cpu(),
+                view.candidate_positions[b].to("cpu", torch.int32))
+
+        expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
+        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
+                               expert=expert, on_row=on_row)
+        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
+        for b, tid in enumerate(ids):
+            labels[tid].release_foresight()  # read lazily from the label file: hold one batch's at a time
+            keys = sorted(k for k in rec if k[0] == b)
+            if keys:
+                stack = [torch.stack([torch.stack([rec[k][layer][i] for layer in range(num_layers)]) for k in keys])
+                         for i in range(4)]
+                out.append(Rows(tid, *stack))
+    return out
+
+
+class _RoundTask:
+    """An :class:`~training.sl.SLTask` whose resume identity also names the round and its aggregated rows."""
+
+    def __init__(self, task, identity: dict):
+        self._task, self._identity = task, identity
+
+    def __getattr__(self, name):
+        return getattr(self._task, name)
+
+    def resume_identity(self) -> dict:
+        return {**self._task.resume_identity(), **self._identity}
+
+
+def _finished(out_dir, r: int) -> dict | None:
+    path = round_dir(out_dir, r) / "summary.json"
+    if not path.is_file() or not (round_dir(out_dir, r) / "scorer").is_dir():
+        return None
+    return json.loads(path.read_text())
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    tmp.replace(path)
+
+
+def _record_round(task, cfg, dist, r: int, beta: float) -> None:
+    """Rows of round ``r`` for every training trace (each rank its share; existing files are kept)."""
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor
+    from foresight.scorer import Scorer
+    from training.distributed import barrier
+
+    scorer = Scorer.from_pretrained(round_dir(cfg.out_dir, r - 1) / "scorer").eval()
+    todo = [row for row in task.train_rows[dist.rank :: dist.world_size]
+            if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
+    bar = tqdm(total=len(todo), desc=f"dagger round {r}", unit="trace", disable=not (dist.is_main and todo),
+               dynamic_ncols=True)
+    for s0 in range(0, len(todo), cfg.replay_batch_size):
+        part = todo[s0 : s0 + cfg.replay_batch_size]
+        events = collect_onpolicy_events(
+            task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
+            lambda: FeatureExtractor(window=cfg.interval, feature_set=tuple(FEATURE_GROUPS), decay=cfg.decay),
+            task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
+            len(part))
+        for ev in events:
+            save_rows(rows_file(cfg.out_dir, r, ev.trace_id), ev)
+        bar.update(len(part))
+    bar.close()
+    barrier()
+
+
+def _aggregate(task, golden: dict, cfg, r: int) -> dict:
+    """Golden rows followed by the rows of rounds 1..r (training traces only)."""
+    if r == 0:
+        return golden
+    parts = [golden]
+    for k in range(1, r + 1):
+        evs = [load_rows(f) for row in task.train_rows if (f := rows_file(cfg.out_dir, k, row["trace_id"])).exists()]
+        if evs:
+            parts.append({"features": torch.cat([e.features.index_select(-1, task.columns) for e in evs]),
+                          **{n: torch.cat([getattr(e, n) for e in evs]) for n in ("alpha", "evicted", "positions")}})
+    return {n: torch.cat([p[n] for p in parts]) for n in ("features", "alpha", "evicted", "positions")}
+
+
+def _round_record(r: int, beta: float, golden_events: int, task, ev: dict) -> dict:
+    out = {"round": r, "beta": beta, "train_events": int(task.train["alpha"].shape[0]),
+           "onpolicy_events": int(task.train["alpha"].shape[0]) - golden_events, **ev}
+    for rec in ev.get("fidelity") or []:
+        if rec.get("policy") == "learned":
+            out["loss_ratio"] = rec.get("loss_ratio")
+    return out
+
+
+def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> None:
+    """Check (resume) or record (fresh run: previous rounds removed) the run's settings; ``complete=False``
+    compares only the keys of ``settings`` (the early check, before the data is loaded)."""
+    state = Path(cfg.out_dir) / ROUNDS / STATE
+    if resume:
+        if not state.is_file():
+            raise ForesightError(f"--resume: no DAgger run under {cfg.out_dir} ({state} missing); start without "
+                                 "--resume")
+        saved = json.loads(state.read_text())
+        ckpt.check_settings(saved.get("settings", {}), settings, state, complete=complete)
+    elif dist.is_main:
+        shutil.rmtree(Path(cfg.out_dir) / ROUNDS, ignore_errors=True)
+        state.parent.mkdir(parents=True, exist_ok=True)
+        _write_json(state, {"format": STATE_FORMAT, "settings": ckpt.plain(settings)})
+
+
+def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) -> dict[str, Any]:
+    """Distillation followed by ``cfg.dagger_rounds`` on-policy rounds; see the module docstring.
+
+    ``cfg`` is the :class:`~training.sl.SLConfig`; ``make_task(dist, cfg)`` builds the
+    :class:`~training.sl.SLTask` (round 0's data, split, labels, frozen model; ``init_scorer()`` builds a fresh
+    scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so this module sits below it."""
+    from training.distributed import barrier, init_distributed, load_ds_config
+    from training.logging import MetricsLogger
+    from training.loop import resume_settings
+
+    dist = init_distributed(cfg.device)
+    out = Path(cfg.out_dir)
+    ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
+                               world_size=dist.world_size)
+    if resume:  # fail fast, before the data preparation
+        _start(cfg, dist, True, resume_settings(cfg, dist.world_size, ds_config), complete=False)
+    torch.manual_seed(cfg.seed)
+    base = replace(cfg, feature_cache=cfg.feature_cache or str(out / "features"))
+    task = make_task(dist, base)
+    _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))
+    barrier()
+    logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
+                           run_name=cfg.run_name, run_config=cfg.to_dict())
+    done = [_finished(out, r) for r in range(cfg.dagger_rounds + 1)]
+    first_open = next((r for r, d in enumerate(done) if d is None), len(done))
+    logger.truncate(first_open * cfg.steps if resume else -1)  # no round's record twice
+    if dist.is_main:
+        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
+                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
+        print(f"[foresight] DAgger: {cfg.dagger_rounds} round(s) after distillation, beta={cfg.dagger_beta}; "
+              f"{len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces", flush=True)
+    golden, used = task.train, 0
+    for r in range(first_open, cfg.dagger_rounds + 1):
+        if cfg.max_steps_per_run and used >= cfg.max_steps_per_run:
+            return _stop(out, dist, logger, r, used, done)
+        summary = _train_round(task, base, dist, r, golden, used, logger)
+        used += summary["steps"] - summary["start"]
+        if not summary["finished"]:
+            return _stop(out, dist, logger, r, used, done)
+        done[r] = _finished(out, r)
+    result = {"finished": True, "rounds": [d["record"] for d in done if d], "steps_this_run": used,
+              "eval": done[-1]["record"] if done[-1] else {}, "scorer": str(out / "scorer")}
+    if dist.is_main:
+        shutil.rmtree(out / "scorer", ignore_errors=True)
+        shutil.copytree(round_dir(out, cfg.dagger_rounds) / "scorer", out / "scorer")
+        _write_json(out / "summary.json", result)
+    barrier()
+    logger.close()
+    return result
+
+
+def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> dict:
+    """Round ``r``: record its rows (r ≥ 1), retrain a fresh scorer on the aggregate (resuming the round's newest
+    checkpoint if there is one); once finished, save its scorer, log its record, then mark it finished."""
+    from training.distributed import barrier
+    from training.logging import MetricsLogger
+    from training.loop import train
+
+    beta = cfg.dagger_beta**r
+    if r > 0:
+        _record_round(task, cfg, dist, r, beta)
+    task.train = _aggregate(task, golden, cfg, r)
+    task.init_scorer()
+    task.cfg = replace(cfg, fidelity_policies=cfg.fidelity_policies if r == cfg.dagger_rounds else [])
+    rdir = round_dir(cfg.out_dir, r)
+    round_cfg = replace(cfg, out_dir=str(rdir),
+                        max_steps_per_run=cfg.max_steps_per_run - used if cfg.max_steps_per_run else 0)
+    identity = {"dagger_round": r, "dagger_rows": ckpt.digest([task.train["alpha"], task.train["positions"]])}
+    summary = train(_RoundTask(task, identity), round_cfg, dist, resume=ckpt.latest_step(rdir) is not None,
+                    logger=MetricsLogger(rdir, enabled=dist.is_main))
+    if summary["finished"] and dist.is_main:
+        task.module.save_pretrained(rdir / "scorer")
+        record = _round_record(r, beta, int(golden["alpha"].shape[0]), task, summary["eval"])
+        logger.log((r + 1) * cfg.steps, record, "eval")  # before the mark: a resume redoes an unmarked round
+        _write_json(rdir / "summary.json", {**summary, "record": record})  # the mark
+    barrier()
+    return summary
+
+
+def _stop(out: Path, dist, logger, r: int, used: int, done: list) -> dict:
+    """A time-sliced invocation ends (``max_steps_per_run``); ``--resume`` continues at round ``r``."""
+    from training.distributed import barrier
+
+    result = {"finished": False, "round": r, "steps_this_run": used, "rounds": [d["record"] for d in done if d]}
+    if dist.is_main:
+        _write_json(out / "summary.json", result)
+    barrier()
+    logger.close()
+    return result
