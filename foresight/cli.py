@@ -50,24 +50,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = sys.argv[1:] if argv is None else list(argv)
     try:
         parser = build_parser()
     except Exception as exc:  # a broken installation: one line, the traceback behind --verbose
-        if "--verbose" in (argv or sys.argv) or "-v" in (argv or sys.argv):
+        if "--verbose" in raw or "-v" in raw:
             raise
         print(f"foresight: internal error while loading the commands: {type(exc).__name__}: {_one_line(exc)}",
               file=sys.stderr)
         return 1
     try:
-        args, extra = parser.parse_known_args(argv)
+        args, extra = parser.parse_known_args(raw)
         if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
             if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
                                                                           for x in extra):
                 args.overrides += extra
             else:
                 parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exc:  # --help, or a usage error already printed
-        return exc.code if isinstance(exc.code, int) else 2
+    except SystemExit as exc:  # --help (0), or a usage error already printed (2)
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0

@@ -328,3 +328,17 @@ def test_scorer_is_written_before_the_final_evaluation(inputs, tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="final evaluation"):
         run_sl(cfg, model=get_model("tiny-llama")[0])
     assert (out / "scorer" / "model.safetensors").is_file() and (out / "scorer" / "config.json").is_file()
+
+
+def test_an_internal_error_is_one_line_exit_1(monkeypatch, capsys):
+    import foresight.commands.policies as policies_cmd
+
+    def broken(args):
+        raise TypeError("unsupported operand\n  spread over lines")
+
+    monkeypatch.setattr(policies_cmd, "run", broken)
+    assert main(["policies"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error: TypeError: unsupported operand spread over lines" in err
+    assert main(["--help"]) == 0 and main(["policies", "--bogus"]) == 2
+    assert capsys.readouterr().err.strip() == "foresight: error: unrecognized arguments: --bogus"
