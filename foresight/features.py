@@ -55,11 +55,41 @@ LOG_EPS = 1e-6
 
 @dataclass
 class _LayerState:
-    rows: torch.Tensor | None = None  # (b, Hkv, G, <=R, n) attention of the last R queries (newest last)
-    filled: int = 0  # valid rows in ``rows`` (the newest are last)
-    run: torch.Tensor | None = None  # (b, Hkv, G, n) attention of all queries since the last event
+    """One layer's attention statistics, in preallocated storage so that a decode step copies nothing.
+
+    ``rows[..., r, i]`` holds the attention that query number ``t`` with ``t % R == r`` paid to entry ``i`` (a
+    ring over the last ``R`` queries; ``head`` counts queries seen); ``run[..., i]`` the attention of all queries
+    since the last event. Columns ``>= n`` (entries not in the cache) are kept at zero, so an appended entry
+    starts with no attention from earlier queries; the capacity grows by doubling.
+    """
+
+    rows: torch.Tensor | None = None  # (b, Hkv, G, R, capacity)
+    run: torch.Tensor | None = None  # (b, Hkv, G, capacity)
+    n: int = 0  # entries tracked (columns in use)
+    head: int = 0  # queries observed so far
+    filled: int = 0  # valid rows in the ring, min(head, R)
     cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
     dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
+
+    def reserve(self, probs: torch.Tensor, history: int) -> None:
+        """Make room for ``probs.shape[-1]`` entries (new columns zero)."""
+        n = probs.shape[-1]
+        if self.rows is None:
+            b, h, g = probs.shape[:3]
+            self.rows = probs.new_zeros(b, h, g, history, max(n, 64))
+            self.run = probs.new_zeros(b, h, g, self.rows.shape[-1])
+        elif n > self.rows.shape[-1]:
+            cap = max(n, 2 * self.rows.shape[-1])
+            self.rows = torch.nn.functional.pad(self.rows, (0, cap - self.rows.shape[-1]))
+            self.run = torch.nn.functional.pad(self.run, (0, cap - self.run.shape[-1]))
+        self.n = n
+
+    def last(self, k: int, c: int) -> torch.Tensor:
+        """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
+        k = min(k, self.filled)
+        r = self.rows.shape[3]
+        idx = torch.arange(self.head - k, self.head, device=self.rows.device) % r
+        return self.rows[..., :c].index_select(3, idx)
 
 
 def _group_key(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
@@ -76,9 +106,8 @@ def _group_attn(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: in
     if st.rows is None or st.filled == 0:
         stats = torch.zeros(b, h, g, ATTN_STATS, c, device=view.keys.device)
     else:
-        rows = st.rows[..., :c]  # (b, h, g, filled, c)
-        last_w = rows[..., -ext.window :, :]
-        sums = [last_w.sum(3)] + [rows[..., -w:, :].sum(3) for w in SHORT_WINDOWS]
+        last_w = st.last(ext.window, c)  # (b, h, g, <=W, c)
+        sums = [last_w.sum(3)] + [st.last(w, c).sum(3) for w in SHORT_WINDOWS]
         stats = torch.stack(
             [last_w.amax(3), last_w.amin(3), *sums, st.cum[..., :c], st.dec[..., :c]], dim=3
         )  # (b, h, g, 8, c)
@@ -184,23 +213,20 @@ class FeatureExtractor:
 
     # -- observation ----------------------------------------------------------------------------------------------
     def observe(self, view: StepView) -> None:
-        """Append the step's attention rows (batch, Hkv, G, q, n) to the layer's ring buffer and add all of
-        them to the running sum."""
+        """Write the step's attention rows (batch, Hkv, G, q, n) into the layer's ring and add all of them to the
+        running sum (in place: a decode step allocates nothing)."""
         if not self.needs_attention:
             return
         st = self._layers[view.layer_idx]
         probs = view.probs  # (b, h, g, q, n), fp32, zero where masked
         q, n = probs.shape[3], probs.shape[4]
-        if st.rows is None:
-            rows = probs.new_zeros(*probs.shape[:3], 0, n)
-        else:  # entries appended by this step received no attention from earlier queries
-            rows = torch.nn.functional.pad(st.rows, (0, n - st.rows.shape[-1]))
-        st.rows = torch.cat([rows, probs], dim=3)[..., -self.history :, :]
+        st.reserve(probs, self.history)
+        st.run[..., :n].add_(probs.sum(3))
+        keep = min(q, self.history)
+        slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % self.history
+        st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
+        st.head += q
         st.filled = min(st.filled + q, self.history)
-        if st.run is None:
-            st.run = probs.sum(3)
-        else:  # entries appended by this step start at zero; cum/dec grow at the next event
-            st.run = torch.nn.functional.pad(st.run, (0, n - st.run.shape[-1])).add_(probs.sum(3))
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:
@@ -212,13 +238,14 @@ class FeatureExtractor:
         """
         st = self._layers[view.layer_idx]
         if self.needs_attention and st.run is not None:
+            run = st.run[..., : st.n]
             if st.cum is None:
-                st.cum, st.dec = st.run, st.run.clone()
+                st.cum, st.dec = run.clone(), run.clone()
             else:
-                pad = (0, st.run.shape[-1] - st.cum.shape[-1])
-                st.cum = torch.nn.functional.pad(st.cum, pad).add_(st.run)
-                st.dec = torch.nn.functional.pad(st.dec, pad).mul_(self.decay).add_(st.run)
-            st.run = torch.zeros_like(st.run)
+                pad = (0, st.n - st.cum.shape[-1])
+                st.cum = torch.nn.functional.pad(st.cum, pad).add_(run)
+                st.dec = torch.nn.functional.pad(st.dec, pad).mul_(self.decay).add_(run)
+            run.zero_()
         c = view.num_candidates
         parts = [FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set]
         return torch.cat(parts, dim=-1)
@@ -229,10 +256,15 @@ class FeatureExtractor:
         if st.rows is None:
             return
         b, h, k = keep.shape
-        g, r = st.rows.shape[2], st.rows.shape[3]
-        st.rows = st.rows.gather(-1, keep[:, :, None, None, :].expand(b, h, g, r, k))
+        g, r, n = st.rows.shape[2], st.rows.shape[3], st.n
+        rows = st.rows[..., :n].gather(-1, keep[:, :, None, None, :].expand(b, h, g, r, k))
+        st.rows[..., :k].copy_(rows)
+        st.rows[..., k:n].zero_()
         idx = keep[:, :, None, :].expand(b, h, g, k)
-        st.run = st.run.gather(-1, idx)
+        run = st.run[..., :n].gather(-1, idx)
+        st.run[..., :k].copy_(run)
+        st.run[..., k:n].zero_()
+        st.n = k
         if st.cum is not None:
             st.cum, st.dec = st.cum.gather(-1, idx), st.dec.gather(-1, idx)
 
