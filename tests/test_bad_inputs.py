@@ -143,6 +143,8 @@ CASES = [
                                          "--budget", "16", "--interval", "4", "--limit", "-1"], "--limit"),
     ("golden-damaged-trace-plan", lambda p: ["golden", *TINY, "--traces", str(p["plan_keys"]), "--out",
                                              str(p["out"]), "--budget", "16", "--interval", "4"], "plan.json"),
+    ("golden-out-plan-list", lambda p: ["golden", *TINY, "--traces", str(p["traces"]), "--out", str(p["plan_list"]),
+                                        "--budget", "16", "--interval", "4"], "plan.json"),
     # train sl / grpo
     ("sl-yaml-syntax", lambda p: _sl(p, config="bad.yaml"), "bad.yaml"),
     ("sl-config-list", lambda p: _sl(p, config="list.yaml"), "list.yaml"),
