@@ -60,7 +60,8 @@ def _weights(path: Path) -> dict:
 
 
 def _rows(out: Path, r: int, trace_id: str):
-    from training.dagger import load_rows, rows_file
+    from training.dagger import rows_file
+    from training.onpolicy import load_rows
 
     return load_rows(rows_file(out, r, trace_id))
 
@@ -142,7 +143,7 @@ def test_beta_one_replays_the_golden_trajectory(data):
     import datasets
 
     from foresight.features import FEATURE_GROUPS, FeatureExtractor
-    from training.dagger import collect_onpolicy_events
+    from training.onpolicy import collect_onpolicy_events
     from training.sl import collect_events
 
     model, _ = foresight.load_model("tiny-llama", device="cpu")

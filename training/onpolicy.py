@@ -1,0 +1,178 @@
+"""What one DAgger round records: the mixture policy π_r and the rows it produces (DESIGN.md section 4, stage 1b).
+
+:class:`MixturePolicy` drives a replay: at each event either the oracle acts on *this* cache (the W candidates with
+the lowest foresight value α, ties older first: golden's own rule, so β = 1 replays the golden trajectory) or the
+scorer keeps its top-k; :func:`expert_events` draws which, seeded. At every event it hands the candidates the cache
+holds, their features (one :class:`~foresight.features.FeatureExtractor` with every feature group, of which the
+scorer reads its own columns: the features the ``learned`` policy builds) and their α
+(:meth:`golden.labels.TraceLabels.alpha_at`) to :func:`collect_onpolicy_events`, which stacks them per trace into
+:class:`Rows` (saved with :func:`save_rows`). The round logic (aggregation, retraining, resume) is
+:mod:`training.dagger`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+import torch
+
+from foresight.errors import ForesightError
+from foresight.policies.base import EvictionPolicy
+
+ROWS_FORMAT = "foresight-dagger-rows/1"
+
+@dataclass
+class Rows:
+    """One trace's rows of one round: features (E, L, Hkv, C, D) of every feature group, α of the candidates,
+    the oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C)."""
+
+    trace_id: str
+    features: torch.Tensor
+    alpha: torch.Tensor
+    evicted: torch.Tensor
+    positions: torch.Tensor
+
+
+def save_rows(path: Path, rows: Rows) -> None:
+    """Write atomically (temp file + rename), so a killed run never leaves a torn rows file."""
+    from safetensors.torch import save_file
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    save_file({"features": rows.features.contiguous(), "alpha": rows.alpha.contiguous(),
+               "evicted": rows.evicted.to(torch.uint8).contiguous(), "positions": rows.positions.contiguous()},
+              str(tmp), metadata={"format": ROWS_FORMAT, "trace_id": rows.trace_id})
+    tmp.replace(path)
+
+
+def load_rows(path: Path) -> Rows:
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            t = {k: f.get_tensor(k) for k in f.keys()}
+        if meta.get("format") != ROWS_FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}")
+        return Rows(meta["trace_id"], t["features"], t["alpha"], t["evicted"].bool(), t["positions"])
+    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        raise ForesightError(f"{path} is not a readable DAgger rows file ({' '.join(str(exc).split())}); delete "
+                             "it and rerun with --resume to record it again") from None
+
+
+def expert_events(seed: int, round_idx: int, trace_id: str, num_events: int, beta: float) -> torch.Tensor:
+    """(num_events,) bool: at which events of a trace the oracle acts in round ``round_idx`` (probability
+    ``beta`` each); a pure function of its arguments, so batching, ranks and resumes do not change it."""
+    key = hashlib.sha256(f"{seed}\x00{round_idx}\x00{trace_id}".encode()).hexdigest()
+    gen = torch.Generator().manual_seed(int(key[:15], 16))
+    return torch.rand(num_events, generator=gen) < beta
+
+
+def oracle_keep_scores(alpha: torch.Tensor) -> torch.Tensor:
+    """Keep scores (..., C) that rank candidates as the greedy oracle does: ascending α, ties older first (the
+    candidates are in cache order, which is ascending position). All distinct, so a top-k is unambiguous."""
+    order = torch.sort(alpha, dim=-1, stable=True).indices
+    ranks = torch.empty_like(order)
+    ranks.scatter_(-1, order, torch.arange(alpha.shape[-1], device=alpha.device).expand_as(order))
+    return ranks.float()
+
+
+RowHook = Callable[[int, Any, torch.Tensor, torch.Tensor, torch.Tensor], None]
+
+
+@dataclass
+class MixturePolicy(EvictionPolicy):
+    """π_r: per event the oracle (where ``expert[trace][event]``) or the scorer's top-k, over one extractor.
+
+    Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
+    reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
+    ``on_row(b, view, features, alpha, evicted)`` receives each row's candidates before eviction: features
+    (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
+    """
+
+    name: ClassVar[str] = "dagger_mixture"
+    observes: ClassVar[bool] = True
+    extractor: Any = None
+    scorer: Any = None
+    columns: torch.Tensor | None = None
+    labels: dict | None = None
+    expert: dict | None = None
+    on_row: RowHook | None = None
+
+    def reset(self, batch_size, num_layers, device, num_groups: int = 1, trace_ids=None, fingerprint=None, **meta):
+        if trace_ids is None or len(trace_ids) != batch_size:
+            raise ForesightError("the DAgger mixture policy needs trace_ids=[...] (one per row) to find α")
+        self._rows = [self.labels[t] for t in trace_ids]
+        self._expert = [self.expert[t] for t in trace_ids]
+        if self.scorer is not None:
+            if fingerprint is not None:
+                self.scorer.check_compatible(fingerprint)
+            self.scorer.to(device)
+        self.extractor.reset(num_layers, num_groups)
+
+    def observe(self, view):
+        self.extractor.observe(view)
+
+    @torch.no_grad()
+    def score(self, view):
+        feats = self.extractor.features(view)  # once per event and layer: it folds the running sums
+        pos = view.candidate_positions
+        scores = pos.float().clone()  # recency for rows whose trace has ended (padding)
+        learned = None
+        n_evict = view.num_candidates - view.num_keep
+        for b, lab in enumerate(self._rows):
+            if view.event >= len(lab.events):
+                continue
+            alpha = lab.alpha_at(view.event, view.layer_idx, pos[b])
+            oracle = oracle_keep_scores(alpha)
+            if self.on_row is not None:
+                self.on_row(b, view, feats[b], alpha, oracle < n_evict)
+            if bool(self._expert[b][view.event]) or self.scorer is None:
+                scores[b] = oracle.to(scores.device)
+            else:
+                if learned is None:
+                    learned = self.scorer(feats.index_select(-1, self.columns.to(feats.device)),
+                                          layer_idx=view.layer_idx)
+                scores[b] = learned[b].float()
+        return scores
+
+    def on_evict(self, layer_idx, keep):
+        self.extractor.on_evict(layer_idx, keep)
+
+
+def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, extractor_factory,
+                            columns: torch.Tensor, budget: int, interval: int, round_idx: int, beta: float,
+                            seed: int, feature_dtype: torch.dtype = torch.float16,
+                            batch_size: int = 1) -> list[Rows]:
+    """Replay ``sequences`` under π_r and record, at every event, the candidates its cache holds: features
+    (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one :class:`Rows` per trace with
+    events). ``labels`` maps trace id -> :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means
+    the oracle acts at every event; ``extractor_factory()`` returns a fresh full-feature-set extractor."""
+    from foresight.runtime import replay
+
+    num_layers = model.config.num_hidden_layers
+    out = []
+    for s0 in range(0, len(sequences), batch_size):
+        seqs, ids = sequences[s0 : s0 + batch_size], list(trace_ids[s0 : s0 + batch_size])
+        rec: dict[tuple[int, int], dict[int, tuple]] = {}
+
+        def on_row(b, view, feats, alpha, evicted, rec=rec):
+            rec.setdefault((b, view.event), {})[view.layer_idx] = (
+                feats.detach().to("cpu", feature_dtype), alpha.float().cpu(), evicted.cpu(),
+                view.candidate_positions[b].to("cpu", torch.int32))
+
+        expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
+        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
+                               expert=expert, on_row=on_row)
+        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
+        for b, tid in enumerate(ids):
+            labels[tid].release_foresight()  # read lazily from the label file: hold one batch's at a time
+            keys = sorted(k for k in rec if k[0] == b)
+            if keys:
+                stack = [torch.stack([torch.stack([rec[k][layer][i] for layer in range(num_layers)]) for k in keys])
+                         for i in range(4)]
+                out.append(Rows(tid, *stack))
+    return out
