@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from foresight.config import nonnegative_int, positive_int
 from foresight.commands._common import add_model_args, parse_kv
+from foresight.config import nonnegative_int, positive_int
 
 
 def register(sub) -> None:
