@@ -136,6 +136,9 @@ class MixturePolicy(EvictionPolicy):
                 if learned is None:
                     learned = self.scorer(feats.index_select(-1, self.columns.to(feats.device)),
                                           layer_idx=view.layer_idx)
+                    if not bool(torch.isfinite(learned).all()):
+                        raise ForesightError(f"the round's scorer produced NaN/Inf scores at event {view.event}, "
+                                             f"layer {view.layer_idx}; its training diverged (lower lr?)")
                 scores[b] = learned[b].float()
         return scores
 
