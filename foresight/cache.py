@@ -31,37 +31,58 @@ from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
 from foresight.views import EvictView, StepView, attention_probs, chunk_causal
 
+
 class BudgetedLayer(DynamicLayer):
-    """One layer's keys/values with per-entry logical positions and validity, shape (batch, Hkv, n)."""
+    """One layer's keys/values with per-entry logical positions and validity, shape (batch, Hkv, n).
+
+    Entries live in preallocated buffers (capacity doubling, so a bounded cache stops allocating once warm);
+    ``keys``/``values``/``positions``/``valid`` are views of their first ``n`` slots. A decode step writes one slot
+    instead of concatenating four tensors, and eviction compacts the kept entries into the prefix.
+    """
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.positions: torch.Tensor | None = None
         self.valid: torch.Tensor | None = None
+        self._buffers: list[torch.Tensor] | None = None  # keys, values, positions, valid: capacity along dim 2
 
     def append(self, key_states, value_states, positions, valid):
-        keys, values = super().update(key_states, value_states)
-        hkv = key_states.shape[1]
-        pos = positions[:, None, :].expand(-1, hkv, -1)
-        val = valid[:, None, :].expand(-1, hkv, -1)
-        if self.positions is None:
-            self.positions, self.valid = pos.contiguous(), val.contiguous()
-        else:
-            self.positions = torch.cat([self.positions, pos], dim=-1)
-            self.valid = torch.cat([self.valid, val], dim=-1)
-        return keys, values
+        b, hkv, q = key_states.shape[:3]
+        n = 0 if self.keys is None else self.keys.shape[-2]
+        new = [key_states, value_states, positions[:, None, :].expand(-1, hkv, -1),
+               valid[:, None, :].expand(-1, hkv, -1)]
+        if self._buffers is None or n + q > self._buffers[0].shape[2]:
+            cap = max(n + q, 2 * n, 64)
+            grown = [t.new_empty(t.shape[0], t.shape[1], cap, *t.shape[3:]) for t in new]
+            for dst, cur in zip(grown, (self.keys, self.values, self.positions, self.valid)):
+                if n:
+                    dst[:, :, :n] = cur
+            self._buffers = grown
+            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+        for buf, t in zip(self._buffers, new):
+            buf[:, :, n : n + q] = t
+        self._expose(n + q)
+        return self.keys, self.values
+
+    def _expose(self, n: int) -> None:
+        self.keys, self.values, self.positions, self.valid = (buf[:, :, :n] for buf in self._buffers)
 
     def gather(self, keep: torch.Tensor) -> None:
         """Keep entries ``keep`` (batch, Hkv, k), per KV head, in the given order."""
-        idx = keep[..., None].expand(-1, -1, -1, self.keys.shape[-1])
-        self.keys = self.keys.gather(2, idx)
-        self.values = self.values.gather(2, idx)
-        self.positions = self.positions.gather(2, keep)
-        self.valid = self.valid.gather(2, keep)
+        kept = [
+            self.keys.gather(2, keep[..., None].expand(-1, -1, -1, self.keys.shape[-1])),
+            self.values.gather(2, keep[..., None].expand(-1, -1, -1, self.values.shape[-1])),
+            self.positions.gather(2, keep),
+            self.valid.gather(2, keep),
+        ]
+        k = keep.shape[-1]
+        for buf, t in zip(self._buffers, kept):
+            buf[:, :, :k] = t
+        self._expose(k)
 
     def reset(self) -> None:
         super().reset()
-        self.positions = self.valid = None
+        self.positions = self.valid = self._buffers = None
 
 
 class BudgetedCache(Cache):
