@@ -128,6 +128,12 @@ def test_labels_hold_alpha_of_every_position(data, tmp_path):
     assert old.foresight is None and torch.equal(old.events[0].alpha, lab.events[0].alpha)
     with pytest.raises(LabelMismatchError, match="regenerate"):
         old.alpha_at(0, 0, old.events[0].candidates[0])
+    from training.sl import run_sl
+
+    cfg = _cfg((data[0], tmp_path / "old.safetensors"), tmp_path / "run", dagger_rounds=1)
+    with pytest.raises(LabelMismatchError, match="regenerate"):  # before any training
+        run_sl(cfg)
+    assert not (tmp_path / "run" / "rounds" / "round-0" / "checkpoints").exists()
 
 
 def test_config_keys_are_validated(data, tmp_path):

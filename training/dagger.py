@@ -173,6 +173,10 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
     torch.manual_seed(cfg.seed)
     base = replace(cfg, feature_cache=cfg.feature_cache or str(out / "features"))
     task = make_task(dist, base)
+    for row in task.train_rows:  # labels without per-position α (format /2): refuse now, not after round 0
+        lab = task.labels[row["trace_id"]]
+        if lab.foresight is None and not lab.foresight_file:
+            lab.load_foresight()  # raises the one-line request to regenerate them
     _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))
     barrier()
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
