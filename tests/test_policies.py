@@ -171,7 +171,9 @@ def test_lazy_keeps_a_periodically_attended_token():
     targets = [None] * n
     for t in range(8, n, 5):
         targets[t] = 3  # token 3 recurs every 5 steps
-    cache = drive(make_policy("lazy"), onehot_keys(n), look_at(targets))
+    # entry="fresh": under the published rule (default) every token here is attended once, by its own query, so
+    # all have mri = 1 and outrank token 3 (mri = 5); tests/test_lazy.py covers both variants
+    cache = drive(make_policy("lazy", entry="fresh"), onehot_keys(n), look_at(targets))
     assert cache.events >= 4
     assert 3 in kept(cache)
     stream = drive(make_policy("streaming_llm", sinks=0), onehot_keys(n), look_at(targets))
@@ -349,7 +351,7 @@ class NaiveLazy:
 @pytest.mark.parametrize("chunk", [1, 3, W])
 def test_lazy_bookkeeping_matches_naive_reference(chunk):
     alpha = 0.06
-    policy = make_policy("lazy", alpha=alpha)
+    policy = make_policy("lazy", alpha=alpha, entry="fresh")  # NaiveLazy is the fresh rule; see tests/test_lazy.py
     naive = NaiveLazy(alpha, policy.eps)
     checked = []
     observe, score = policy.observe, policy.score

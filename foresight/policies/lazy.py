@@ -1,7 +1,25 @@
 """LazyEviction: lagged eviction with recurrence-interval tracking.
 
 "LazyEviction: Lagged KV Eviction with Attention Pattern Observation for Efficient Long Reasoning",
-https://arxiv.org/abs/2506.15969
+https://arxiv.org/abs/2506.15969, code https://github.com/Halo-949/LazyEviction.
+
+Two bookkeeping variants (``entry``), identical except for how a token starts and what is observed:
+
+``published`` (default, the published code)
+    A token fed at decode step ``t`` enters with ``last = t - 1``, ``mri = 0``; the cache already holds it when
+    its own query attends, so that query activates it at once: ``mri = 1``, ``last = t``. The prompt's rows do
+    not count: at the first decode step every prompt token stands at ``last = P - 1`` (the prefill step, which
+    the published code counts as step 0) and ``mri = 0``, so only decode steps activate tokens.
+``fresh`` (this project's earlier rule)
+    Every token enters with ``last = t``, ``mri = 0``, so its own query leaves ``mri = 0`` (``t - last = 0``);
+    every query row, prompt included, is observed and the prompt length is ignored.
+
+The two rank a token that no later query attends (attended only once, by its own query) in opposite ways.
+``published``: it keeps ``mri = 1``, so ``s2 = 2σ(0) = 1`` and its score stays in (1, 1.54]: above every token
+that recurred at intervals of 3 or more (score < 1), it is among the last to go. ``fresh``: ``mri = 0``, so
+``s2 = 0`` and ``s1 ≈ 0`` one step after entry: it is among the first to go. Under ``published`` only the
+tokens no decode query ever activated (prompt tokens nobody looked at) keep ``mri = 0`` and go first.
+``docs/policies.md`` compares the two on the same traces.
 """
 
 from __future__ import annotations
@@ -15,6 +33,8 @@ from foresight.policies._common import GROUP_REDUCTIONS, as_float, check_choice,
 from foresight.policies.base import EntryState, EvictionPolicy, check_range
 from foresight.policies.registry import register_policy
 
+ENTRIES = ("published", "fresh")
+
 
 @register_policy
 @dataclass
@@ -22,37 +42,52 @@ class LazyEvictionPolicy(EvictionPolicy):
     """LazyEviction: keep tokens that recur (short maximum recurrence interval) or were activated recently.
 
     Every cached token carries ``last`` (the step it was last *activated*) and ``mri`` (its maximum recurrence
-    interval). At every step ``t`` the query's attention ``a_t`` over the cache activates the tokens with
-    ``a_t >= alpha``; for them ``mri = max(mri, t - last)`` and then ``last = t``. A new token enters with
-    ``last = t``, ``mri = 0``. At an eviction event the score is ``I = s1 + s2`` with
-    ``s1 = 2·σ(-(1 + (t - last) / (mri + eps)))`` and ``s2 = 0 if mri == 0 else 2·σ(1 - mri)``; the top scores
-    are kept (plus the protected newest ``W``, the paper's lagged observation window).
+    interval). At every observed step ``t`` the query's attention ``a_t`` over the cache activates the tokens
+    with ``a_t >= alpha``; for them ``mri = max(mri, t - last)`` and then ``last = t``. How a token enters and
+    which steps are observed is ``entry`` (module docstring). At an eviction event the score is
+    ``I = s1 + s2`` with ``s1 = 2·σ(-(1 + (t - last) / (mri + eps)))`` and ``s2 = 0 if mri == 0 else
+    2·σ(1 - mri)``; the top scores are kept (plus the protected newest ``W``, the paper's lagged observation
+    window).
 
-    Steps are logical positions (a row's ``t`` is the position of its newest query), so batch rows with
-    different prompt lengths and chunked replay (several query rows per forward, processed in order) behave
-    exactly like token-by-token decoding.
+    Steps are logical positions: query row ``i`` of a forward is step ``t`` = the position of the token it
+    feeds, rows are processed in order, and a token exists from its own step on. So one forward of q rows
+    (prefill, a replay piece) is exactly q consecutive decode steps, and replay with ``chunk=1`` and chunked
+    replay give identical state and scores. Logical positions are the published step counter (which starts
+    at 0 on the prefill) shifted by ``P - 1``, which changes no ``t - last`` and no ``mri``, so scores are the
+    published ones. The prompt is known only when the caller passes ``prompt_lengths`` (one per batch row) to
+    :meth:`reset` (the cache forwards its ``**meta``); without it ``P = 0`` and every token counts as
+    generated. Under ``published`` the prompt's rows (positions ``< P``) are observed like decode steps, which
+    only matters for an eviction event inside a prompt longer than ``B + W`` (the published code never
+    compresses a prompt, and with no observation every prompt token would tie, the attention sink included);
+    at each layer's first decode step (row ``P``) every prompt token is reset to ``last = P - 1``,
+    ``mri = 0``, the published prefill state, so what the prompt's rows saw leaves no trace afterwards.
 
     Differences from the published code: it keeps one cache per *query* head and protects no sink tokens; we
     keep per-KV-head caches like every other policy here and reduce the GQA group's attention before the
     threshold (``group_reduce="max"``: a token is activated when any query head of its group attends to it
-    with at least ``alpha``). The paper picks ``W`` so that it covers the MRI of ~80% of tokens; here ``W``
-    is the runtime's interval (:meth:`mri_quantile` reports the statistic to choose it).
+    with at least ``alpha``). It counts steps from 1 at the first decode step and evicts every ``W`` decode
+    steps; we use logical positions and the runtime's schedule (by token count). The paper picks ``W`` so that
+    it covers the MRI of ~80% of tokens; here ``W`` is the runtime's interval (:meth:`mri_quantile` reports
+    the statistic to choose it).
 
     Parameters
     ----------
     alpha
         Activation threshold on the attention weight, > 0 (paper: 1e-4 .. 5e-4).
     eps
-        Added to ``mri`` in the ``s1`` denominator, > 0.
+        Added to ``mri`` in the ``s1`` denominator, > 0 (the published code: 1e-5).
     group_reduce
         ``max``, ``mean`` or ``sum`` over the query heads of a GQA group.
+    entry
+        ``published`` (default) or ``fresh``: how tokens enter and whether the prompt is observed.
     """
 
     name = "lazy"
     observes = True
     alpha: float = 1e-4
-    eps: float = 1e-6
+    eps: float = 1e-5
     group_reduce: str = "max"
+    entry: str = "published"
 
     def __post_init__(self):
         self.alpha, self.eps = as_float("alpha", self.alpha), as_float("eps", self.eps)
@@ -62,11 +97,22 @@ class LazyEvictionPolicy(EvictionPolicy):
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps!r}")
         check_choice("group_reduce", self.group_reduce, GROUP_REDUCTIONS)
+        check_choice("entry", self.entry, ENTRIES)
 
-    def reset(self, batch_size, num_layers, device, **meta):
+    def reset(self, batch_size, num_layers, device, prompt_lengths=None, **meta):
         self.state = EntryState()
         self.state.reset(num_layers)
         self._t: list[torch.Tensor | None] = [None] * num_layers
+        self._prompt = None  # (b,) prompt lengths, only under `published` and only when some are > 0
+        if self.entry == "published" and prompt_lengths is not None:
+            p = torch.as_tensor(prompt_lengths, dtype=torch.long, device=device).flatten()
+            if p.numel() == 1:
+                p = p.expand(batch_size)
+            if p.shape != (batch_size,) or bool((p < 0).any()):
+                raise ValueError(f"prompt_lengths must be {batch_size} integers >= 0, got {prompt_lengths!r}")
+            self._prompt = p.clone() if bool((p > 0).any()) else None
+        # per layer: (b,) rows whose prompt tokens were already reset at their first decode step
+        self._decoding: list[torch.Tensor | None] = [None] * num_layers
 
     def observe(self, view):
         layer = view.layer_idx
@@ -75,30 +121,39 @@ class LazyEvictionPolicy(EvictionPolicy):
         last, mri = self._grow(layer, view.positions, a.shape[-1])
         act = a >= self.alpha
         t = view.query_positions  # (b, q)
-        if a.shape[2] == 1:
-            act = act[:, :, 0]
-            tt = t.view(-1, 1, 1)
-            mri = torch.maximum(mri, (tt - last) * act)  # t >= last, so inactive entries keep their mri
-            last = torch.where(act, tt, last)
+        if self._prompt is None:
+            last, mri = _activate(last, mri, act, t)
         else:
-            # Rows in order: the previous activation of row i is the latest activation among rows < i, or `last`.
-            tq = t[:, None, :, None]  # (b, 1, q, 1)
-            upto = torch.where(act, tq, -1).cummax(dim=2).values  # latest activation among rows <= i (-1: none)
-            prev = torch.cat([last[:, :, None], torch.maximum(upto[:, :, :-1], last[:, :, None])], dim=2)
-            mri = torch.maximum(mri, ((tq - prev) * act).amax(dim=2))
-            last = torch.maximum(last, upto[:, :, -1])
+            # Published: the prompt's rows first (in order they precede every decode row), then the reset of the
+            # prompt tokens to the prefill state at each row's first decode step, then the decode rows.
+            prompt_rows = t < self._prompt[:, None]  # (b, q)
+            if bool(prompt_rows.any()):
+                last, mri = _activate(last, mri, act & prompt_rows[:, None, :, None], t)
+            if not bool(prompt_rows.all()):
+                decoding = self._decoding[layer]
+                if decoding is None:
+                    decoding = torch.zeros_like(self._prompt, dtype=torch.bool)
+                starting = ~decoding & ~prompt_rows.all(dim=-1)  # (b,) first decode step in this forward
+                if bool(starting.any()):
+                    p = self._prompt[:, None, None]
+                    reset = starting[:, None, None] & (view.positions[..., : last.shape[-1]] < p)
+                    last = torch.where(reset, p - 1, last)
+                    mri = mri.masked_fill(reset, 0)
+                    self._decoding[layer] = decoding | starting
+                last, mri = _activate(last, mri, act & ~prompt_rows[:, None, :, None], t)
         self.state.set(layer, "last", last)
         self.state.set(layer, "mri", mri)
         self._t[layer] = t[:, -1]
 
     def _grow(self, layer: int, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``last``/``mri`` extended to the cache's ``n`` entries (new entries: last = own position, mri = 0)."""
+        """``last``/``mri`` extended to the cache's ``n`` entries (new entries: ``last = t - 1`` or ``t``, mri = 0)."""
+        shift = 0 if self.entry == "fresh" else 1
         last, mri = self.state.get(layer, "last"), self.state.get(layer, "mri")
         if last is None:
-            return positions[..., :n].clone(), torch.zeros_like(positions[..., :n])
+            return positions[..., :n] - shift, torch.zeros_like(positions[..., :n])
         have = last.shape[-1]
         if have < n:
-            last = torch.cat([last, positions[..., have:n]], dim=-1)
+            last = torch.cat([last, positions[..., have:n] - shift], dim=-1)
             mri = F.pad(mri, (0, n - have))
         return last, mri
 
@@ -119,3 +174,19 @@ class LazyEvictionPolicy(EvictionPolicy):
         vals = [d["mri"][d["mri"] > 0].flatten().float() for d in self.state.tensors if "mri" in d]
         vals = torch.cat(vals) if vals else torch.zeros(0)
         return float(vals.quantile(q)) if vals.numel() else 0.0
+
+
+def _activate(last: torch.Tensor, mri: torch.Tensor, act: torch.Tensor, t: torch.Tensor):
+    """Apply the query rows (b, q) at steps ``t`` in order: activated entries (``act`` (b, Hkv, q, n)) get
+    ``mri = max(mri, t - last)`` and ``last = t``."""
+    if act.shape[2] == 1:
+        act = act[:, :, 0]
+        tt = t.view(-1, 1, 1)
+        mri = torch.maximum(mri, (tt - last) * act)  # t >= last, so inactive entries keep their mri
+        return torch.where(act, tt, last), mri
+    # The previous activation of row i is the latest activation among rows < i, or `last`.
+    tq = t[:, None, :, None]  # (b, 1, q, 1)
+    upto = torch.where(act, tq, torch.iinfo(tq.dtype).min).cummax(dim=2).values  # latest activation, rows <= i
+    prev = torch.cat([last[:, :, None], torch.maximum(upto[:, :, :-1], last[:, :, None])], dim=2)
+    mri = torch.maximum(mri, ((tq - prev) * act).amax(dim=2))
+    return torch.maximum(last, upto[:, :, -1]), mri
