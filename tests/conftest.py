@@ -23,6 +23,32 @@ def get_model(name: str):
     return _CACHE[name]
 
 
+def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10) -> dict[str, list]:
+    """Save random token traces with the columns of ``golden.traces.load_traces`` (trace ``p<i>#0`` of problem
+    ``p<i>`` per entry of ``lengths``) as a ``datasets`` dataset at ``path``; return the columns."""
+    import json
+
+    import datasets
+
+    from foresight.models import model_fingerprint
+
+    gen = torch.Generator().manual_seed(seed)
+    fp = json.dumps(model_fingerprint(model))
+    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
+                            "fingerprint")}
+    for i, n in enumerate(lengths):
+        rows["trace_id"].append(f"p{i}#0")
+        rows["problem_id"].append(f"p{i}")
+        rows["sample"].append(0)
+        rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
+        rows["prompt_len"].append(prompt_len)
+        rows["answer"].append("")
+        rows["settings"].append("{}")
+        rows["fingerprint"].append(fp)
+    datasets.Dataset.from_dict(rows).save_to_disk(str(path))
+    return rows
+
+
 @pytest.fixture(params=TINY)
 def tiny(request):
     return get_model(request.param)

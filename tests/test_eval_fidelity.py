@@ -11,7 +11,7 @@ import torch
 
 from evaluation.fidelity import FIELDS, evaluate_fidelity
 from foresight.cli import main
-from tests.conftest import get_model
+from tests.conftest import save_random_traces
 
 PERIOD = 6
 
@@ -141,26 +141,8 @@ def test_short_traces_give_no_tokens(tiny_llama):
 @pytest.fixture
 def trace_dir(tmp_path, tiny_llama):
     """A tiny traces dataset with the columns of golden.traces.load_traces."""
-    import datasets
-
-    from foresight.models import model_fingerprint
-
-    model, _ = tiny_llama
-    gen = torch.Generator().manual_seed(3)
-    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
-                            "fingerprint")}
-    for i, n in enumerate((90, 120, 75)):
-        rows["trace_id"].append(f"p{i}#0")
-        rows["problem_id"].append(f"p{i}")
-        rows["sample"].append(0)
-        rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
-        rows["prompt_len"].append(10)
-        rows["answer"].append("")
-        rows["settings"].append("{}")
-        rows["fingerprint"].append(json.dumps(model_fingerprint(model)))
-    path = tmp_path / "traces"
-    datasets.Dataset.from_dict(rows).save_to_disk(str(path))
-    return path
+    save_random_traces(tiny_llama[0], tmp_path / "traces", (90, 120, 75))
+    return tmp_path / "traces"
 
 
 def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):

@@ -7,7 +7,6 @@ import json
 import math
 from pathlib import Path
 
-import datasets
 import pytest
 import torch
 
@@ -17,7 +16,7 @@ from foresight.errors import ForesightError
 from foresight.scorer import Scorer, ScorerConfig
 from golden.labels import save_labels
 from golden.oracle import label_trace
-from tests.conftest import get_model
+from tests.conftest import get_model, save_random_traces
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -58,21 +57,8 @@ def test_summary_by_hand():
 
 def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     model, _ = get_model("tiny-llama")
-    gen = torch.Generator().manual_seed(5)
-    fp = json.dumps(foresight.model_fingerprint(model))
-    rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
-                            "fingerprint")}
-    for i, n in enumerate((70, 90, 60, 80)):
-        rows["trace_id"].append(f"p{i}#0")
-        rows["problem_id"].append(f"p{i}")
-        rows["sample"].append(0)
-        rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
-        rows["prompt_len"].append(10)
-        rows["answer"].append("")
-        rows["settings"].append("{}")
-        rows["fingerprint"].append(fp)
     traces = tmp_path / "traces"
-    datasets.Dataset.from_dict(rows).save_to_disk(str(traces))
+    rows = save_random_traces(model, traces, (70, 90, 60, 80), seed=5)
     (tmp_path / "heldout.txt").write_text("p0\np1\np3\n")
     args = ["--model", "tiny-llama", "--traces", str(traces), "--heldout-ids", str(tmp_path / "heldout.txt"),
             "--policies", "streaming_llm,h2o,random", "--out", str(tmp_path / "out")]
