@@ -134,7 +134,8 @@ def _manifest_path(final: Path) -> Path:
     return final.parent.parent / MANIFESTS_DIR / f"{final.name}.json"
 
 
-def _file_digest(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks (shard manifests and training checkpoints)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -148,7 +149,7 @@ def _describe_files(root: Path, digests: bool) -> dict[str, dict]:
     out = {}
     for p in files:
         rel = "." if p == root else p.relative_to(root).as_posix()
-        out[rel] = {"size": p.stat().st_size, **({"sha256": _file_digest(p)} if digests else {})}
+        out[rel] = {"size": p.stat().st_size, **({"sha256": file_sha256(p)} if digests else {})}
     return out
 
 

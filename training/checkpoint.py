@@ -49,6 +49,7 @@ import numpy as np
 import torch
 
 from foresight.errors import ForesightError
+from golden.sharding import file_sha256
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "checkpoint.json"
@@ -270,14 +271,6 @@ def _engine_counters(engine) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -333,7 +326,7 @@ def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict,
         files = {}
         for p in _files(tmp):
             _fsync(p)
-            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+            files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         scheduler = None
         if engine.lr_scheduler is not None:
             sched_tensors, scheduler = flatten_state(engine.lr_scheduler.state_dict(), "sched")
@@ -368,7 +361,7 @@ def verify_files(path: Path, manifest: dict) -> None:
     for name, info in sorted(files.items()):
         f = path / name
         ok = isinstance(info, dict) and f.is_file() and f.stat().st_size == info.get("bytes")
-        if not ok or _sha256(f) != info.get("sha256"):
+        if not ok or file_sha256(f) != info.get("sha256"):
             raise ForesightError(f"--resume: checkpoint file {f} is missing or damaged (size/sha256 differ from "
                                  f"{path / MANIFEST}); delete {path} to resume from the previous checkpoint")
 
