@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from foresight.config import nonnegative_float, nonnegative_int, positive_int, read_json, unit_float
+from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.runtime import eos_token_ids
 
@@ -32,28 +32,6 @@ SAMPLE_DEFINING = (
     "model", "data", "policy", "policy_kwargs", "budget", "interval", "sinks", "temperature", "top_p", "top_k",
     "max_new_tokens", "seed", "template",
 )
-
-
-def add_accuracy_args(p) -> None:
-    p.add_argument("--data", default="aime24", help="aime24, aime25, math500, synthetic or a JSONL path")
-    p.add_argument("--policy", default="full", help="policy name (see `foresight policies`)")
-    p.add_argument("--policy-arg", action="append", default=[], metavar="KEY=VALUE",
-                   help="policy hyperparameter (repeatable)")
-    p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
-    p.add_argument("--budget", type=positive_int, default=None, help="B (required unless --policy full)")
-    p.add_argument("--interval", type=positive_int, default=None, help="W (default B/4)")
-    p.add_argument("--sinks", type=nonnegative_int, default=0)
-    p.add_argument("--samples", type=positive_int, default=1, help="samples per problem (pass@1 = mean over them)")
-    p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 = greedy")
-    p.add_argument("--top-p", type=unit_float, default=0.95)
-    p.add_argument("--top-k", type=nonnegative_int, default=20)
-    p.add_argument("--max-new-tokens", type=positive_int, default=32768)
-    p.add_argument("--batch-size", type=positive_int, default=8, help="samples generated together")
-    p.add_argument("--limit", type=positive_int, default=None, help="first N problems only")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--template", default=None, help="prompt template (text or file) with {problem}")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def sample_key(problem_id: str, sample: int) -> str:
@@ -231,56 +209,6 @@ def write_summary(out_dir: str | Path, problems: Sequence, samples: int) -> dict
     return summary
 
 
-def run_from_args(args) -> int:
-    """``foresight eval aime`` entry point."""
-    import foresight
-    from evaluation.policies import check_requirements, make_factory
-    from foresight.commands._common import policy_kwargs
-    from foresight.data import load_problems
-    from foresight.runtime import CacheConfig
-
-    if args.policy == "golden":
-        raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
-    check_requirements([args.policy], args.scorer, None)
-    kwargs = policy_kwargs(args)
-    factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
-    policy = factory(args.policy, args.budget or 0)
-    if policy.evicts and args.budget is None:
-        raise ForesightError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
-    try:
-        cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
-    except ValueError as exc:
-        raise ForesightError(str(exc)) from None
-    if args.temperature < 0:
-        raise ForesightError("--temperature must be >= 0 (0 = greedy)")
-    if args.max_new_tokens <= 0:
-        raise ForesightError("--max-new-tokens must be positive")
-    if args.limit is not None and args.limit <= 0:
-        raise ForesightError(f"--limit must be positive, got {args.limit}")
-    problems = load_problems(args.data, limit=args.limit)
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
-    if args.scorer:
-        check = getattr(getattr(policy, "model", None), "check_compatible", None)
-        if callable(check):
-            check(model)
-    settings = {
-        "model": args.model, "data": args.data, "policy": args.policy, "policy_kwargs": kwargs,
-        "scorer": args.scorer, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
-        "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
-        "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
-        "fingerprint": foresight.model_fingerprint(model), "device": str(model.device),
-    }
-    summary = run_accuracy(
-        model, tok, problems, args.out, policy=policy, settings=settings, samples=args.samples,
-        batch_size=args.batch_size, rank=rank, world_size=world, progress=not args.quiet,
-    )
-    print(format_summary(summary))
-    print(f"wrote {Path(args.out) / 'summary.json'}")
-    return 0
-
-
 def format_summary(s: dict) -> str:
     """A short human-readable block of a summary."""
     st = s.get("settings", {})
@@ -297,4 +225,5 @@ def format_summary(s: dict) -> str:
     ])
 
 
-__all__ = ["TIMING_FIELDS", "read_records", "repair_jsonl", "run_accuracy", "summarize", "write_summary"]
+__all__ = ["TIMING_FIELDS", "format_summary", "read_records", "repair_jsonl", "run_accuracy", "summarize",
+           "write_summary"]

@@ -235,7 +235,7 @@ def test_no_traceback_escapes_the_entry_point(inputs, tmp_path, argv, names):
 
 
 def test_overrides_before_and_after_config_are_accepted(inputs, capsys):
-    from foresight.commands.train import build_config
+    from foresight.cli.commands.train import build_config
     from training.registry import TRAINERS, load_trainers
 
     load_trainers()
@@ -333,7 +333,7 @@ def test_scorer_is_written_before_the_final_evaluation(inputs, tmp_path, monkeyp
 
 
 def test_an_internal_error_is_one_line_exit_1(monkeypatch, capsys):
-    import foresight.commands.policies as policies_cmd
+    import foresight.cli.commands.policies as policies_cmd
 
     def broken(args):
         raise TypeError("unsupported operand\n  spread over lines")

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
-from foresight.cli import main
+import pytest
+
+from evaluation.policies import parse_policy_args
+from foresight.cli import build_parser, main
+from foresight.errors import ForesightError
 
 
 def test_help_lists_subcommands(capsys):
@@ -42,3 +47,49 @@ def test_bad_input_is_one_line_error():
         assert proc.returncode == 2, proc.stderr
         assert "Traceback" not in proc.stderr
         assert proc.stderr.strip().startswith("foresight generate: error:")
+
+
+# --- the one --policy-arg grammar: [POLICY.]KEY=VALUE ------------------------------------------------------------
+
+
+def test_policy_arg_grammar_one_policy_prefix_optional(tmp_path):
+    cfg = tmp_path / "p.yaml"
+    cfg.write_text("seed: 1\nselection: topk\n")
+    got = parse_policy_args(["seed=3", "learned.temperature=2e-4", "scorer=runs/a.b/scorer"], ["learned"], str(cfg))
+    assert got == {"learned": {"seed": 3, "selection": "topk", "temperature": 2e-4, "scorer": "runs/a.b/scorer"}}
+
+
+def test_policy_arg_grammar_several_policies_prefix_required():
+    assert parse_policy_args(["random.seed=3"], ["full", "random"]) == {"full": {}, "random": {"seed": 3}}
+    for item, message in (("seed=3", "name one: POLICY.seed=VALUE"), ("h2o.seed=3", "policy 'h2o' is not in play"),
+                          ("random.seed", "expected [POLICY.]KEY=VALUE"), ("random.=3", "expected [POLICY.]KEY=VALUE")):
+        with pytest.raises(ForesightError, match=re.escape(message)) as err:
+            parse_policy_args([item], ["full", "random"])
+        assert repr(item) in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ForesightError, match="--policy-config applies to one policy"):
+        parse_policy_args([], ["full", "random"], "p.yaml")
+
+
+def test_every_command_declares_the_policy_and_cache_arguments_the_same_way():
+    parser = build_parser()
+    sub = parser._subparsers._group_actions[0].choices
+    ev = sub["eval"]._subparsers._group_actions[0].choices
+    parsers = {"generate": sub["generate"], "bench": sub["bench"], "eval fidelity": ev["fidelity"],
+               "eval aime": ev["aime"], "golden": sub["golden"]}
+    for name, p in parsers.items():
+        acts = {a.dest: a for a in p._actions}
+        assert acts["budget"].metavar in ("B", "B[,B...]"), name
+        assert acts["interval"].metavar == "W", name
+        if name != "golden":
+            assert acts["sinks"].default == 0 and acts["policy_arg"].metavar == "[POLICY.]KEY=VALUE", name
+    # the shared defaults (CacheConfig's): no budget = the full cache, W = B // 4
+    for name in ("generate", "eval aime"):
+        acts = {a.dest: a for a in parsers[name]._actions}
+        assert acts["budget"].default is None and acts["interval"].default is None, name
+
+
+def test_generate_refuses_a_policy_arg_for_another_policy(capsys):
+    assert main(["generate", "--model", "tiny-llama", "--prompt", "x", "--policy", "random", "--budget", "16",
+                 "--policy-arg", "h2o.seed=3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("foresight generate: error:") and "'h2o.seed=3'" in err and "\n" not in err

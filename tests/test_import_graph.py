@@ -12,8 +12,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("foresight", "golden", "training", "evaluation")
-#: Modules of the ``foresight`` package that form the top floor (command line, demo), not the library.
-TOP = ("foresight.cli", "foresight.commands", "foresight.demo", "foresight.__main__")
+#: Modules of the ``foresight`` package that form the top floor, not the library: the ``foresight.cli`` package
+#: (``main``, ``foresight.cli.commands.*``, ``foresight.cli.demo``) and ``python -m foresight``.
+TOP = ("foresight.cli", "foresight.__main__")
 LEVEL = {"foresight": 0, "golden": 1, "evaluation": 2, "training": 3, "top": 4}
 
 

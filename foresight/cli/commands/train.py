@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from foresight.commands._common import parse_kv
+from foresight.cli.commands._common import parse_kv
 from foresight.config import read_yaml_mapping
 
 

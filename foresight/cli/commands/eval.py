@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
-from foresight.commands._common import add_model_args, parse_kv
-from foresight.config import nonnegative_int, positive_int
+from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
+from foresight.config import nonnegative_float, nonnegative_int, positive_int, unit_float
 
 
 def register(sub) -> None:
@@ -18,22 +19,18 @@ def register(sub) -> None:
     add_model_args(f)
     f.add_argument("--traces", required=True, help="trace directory (`foresight trace` output)")
     f.add_argument("--policies", required=True, help="comma-separated policy names, e.g. full,random,h2o")
-    f.add_argument("--budget", required=True, help="B, or several comma-separated: 128,256,512")
-    f.add_argument("--interval", type=positive_int, required=True, help="W: new tokens between evictions")
-    f.add_argument("--sinks", type=nonnegative_int, default=0, help="never evict the first S positions")
+    # several budgets share one W (there is no single B // 4), and a budget is what fidelity is measured at
+    add_cache_args(f, budget_required=True, interval_required=True, several_budgets=True)
     f.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
     f.add_argument("--golden", default=None, help="golden label dir(s) for the `golden` policy")
     f.add_argument("--limit", type=positive_int, default=None, help="use only the first N traces")
     f.add_argument("--batch-size", type=positive_int, default=1, help="traces replayed together")
     f.add_argument("--ref-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="storage dtype of the full cache's reference log-probs")
-    f.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
-                   help="hyperparameter of one policy (repeatable), e.g. --policy-arg random.seed=3")
+    add_policy_args(f, several=True)
     f.add_argument("--out", required=True, help="output directory (fidelity.json, fidelity.md, fidelity.png)")
     f.add_argument("--quiet", action="store_true", help="no progress bar")
     f.set_defaults(func=run_fidelity)
-
-    from evaluation.accuracy import add_accuracy_args
 
     a = evsub.add_parser("aime", help="generate answers under a policy and grade them (pass@1)")
     add_model_args(a)
@@ -41,15 +38,22 @@ def register(sub) -> None:
     a.set_defaults(func=run_aime)
 
 
-def _per_policy_kwargs(items: list[str]) -> dict[str, dict]:
-    out: dict[str, dict] = {}
-    for item in items:
-        head, _, rest = item.partition("=")
-        if "." not in head or not rest:
-            raise ValueError(f"expected POLICY.KEY=VALUE, got {item!r}")
-        policy, key = head.split(".", 1)
-        out.setdefault(policy, {}).update(parse_kv([f"{key}={rest}"]))
-    return out
+def add_accuracy_args(p) -> None:
+    p.add_argument("--data", default="aime24", help="aime24, aime25, math500, synthetic or a JSONL path")
+    add_policy_args(p)
+    p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
+    add_cache_args(p)
+    p.add_argument("--samples", type=positive_int, default=1, help="samples per problem (pass@1 = mean over them)")
+    p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 = greedy")
+    p.add_argument("--top-p", type=unit_float, default=0.95)
+    p.add_argument("--top-k", type=nonnegative_int, default=20)
+    p.add_argument("--max-new-tokens", type=positive_int, default=32768)
+    p.add_argument("--batch-size", type=positive_int, default=8, help="samples generated together")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N problems only")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--template", default=None, help="prompt template (text or file) with {problem}")
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _check_trace_fingerprint(ds, model, source) -> None:
@@ -79,7 +83,7 @@ def run_fidelity(args) -> int:
         raise ForesightError(f"--limit must be positive, got {args.limit}")
     if args.batch_size <= 0:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
-    kwargs = _per_policy_kwargs(args.policy_arg)
+    kwargs = policy_kwargs(args, names)
     ds = load_traces(args.traces)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
@@ -123,6 +127,45 @@ def run_fidelity(args) -> int:
 
 
 def run_aime(args) -> int:
-    from evaluation.accuracy import run_from_args
+    """Generate answers under one policy and grade them (:func:`evaluation.accuracy.run_accuracy`)."""
+    import foresight
+    from evaluation.accuracy import format_summary, run_accuracy
+    from evaluation.policies import check_requirements, make_factory
+    from foresight.data import load_problems
+    from foresight.errors import ForesightError
+    from foresight.runtime import CacheConfig
 
-    return run_from_args(args)
+    if args.policy == "golden":
+        raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
+    check_requirements([args.policy], args.scorer, None)
+    kwargs = policy_kwargs(args)[args.policy]
+    factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
+    policy = factory(args.policy, args.budget or 0)
+    if policy.evicts and args.budget is None:
+        raise ForesightError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    try:
+        cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
+    except ValueError as exc:
+        raise ForesightError(str(exc)) from None
+    problems = load_problems(args.data, limit=args.limit)
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    if args.scorer:
+        check = getattr(getattr(policy, "model", None), "check_compatible", None)
+        if callable(check):
+            check(model)
+    settings = {
+        "model": args.model, "data": args.data, "policy": args.policy, "policy_kwargs": kwargs,
+        "scorer": args.scorer, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
+        "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
+        "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
+        "fingerprint": foresight.model_fingerprint(model), "device": str(model.device),
+    }
+    summary = run_accuracy(
+        model, tok, problems, args.out, policy=policy, settings=settings, samples=args.samples,
+        batch_size=args.batch_size, rank=rank, world_size=world, progress=not args.quiet,
+    )
+    print(format_summary(summary))
+    print(f"wrote {Path(args.out) / 'summary.json'}")
+    return 0

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from foresight.commands._common import add_model_args
-from foresight.commands.trace import rank_device
+from foresight.cli.commands._common import add_cache_args, add_model_args
+from foresight.cli.commands.trace import rank_device
 from foresight.config import positive_int
 
 
@@ -12,8 +12,9 @@ def register(sub) -> None:
     add_model_args(p)
     p.add_argument("--traces", required=True, help="a `foresight trace` output directory")
     p.add_argument("--out", required=True, help="output directory (rerun the same command to resume)")
-    p.add_argument("--budget", type=positive_int, required=True, help="B: entries kept per (layer, KV head)")
-    p.add_argument("--interval", type=positive_int, required=True, help="W: new tokens between evictions")
+    # labels are made for one (B, W) and serve only that pair, so both are spelled out (no B // 4 default); the
+    # oracle keeps no sink tokens
+    add_cache_args(p, budget_required=True, interval_required=True, sinks=False)
     p.add_argument("--limit", type=positive_int, default=None, help="first L traces only")
     p.add_argument("--traces-per-shard", type=positive_int, default=4)
     p.add_argument("--chunk", type=positive_int, default=None, help="queries per forward step of the oracle pass (default W)")

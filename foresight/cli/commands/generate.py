@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from foresight.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
+from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
 from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
 
 
@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--prompt", action="append", required=True, type=nonempty_text, help="prompt text (repeat for a batch)")
     p.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
     add_policy_args(p)
-    add_cache_args(p, budget_default=None, interval_default=None)
+    add_cache_args(p)
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--temperature", type=nonnegative_float, default=None,
                    help="sample with this temperature (default, or 0: greedy)")
@@ -30,7 +30,7 @@ def run(args) -> int:
     from foresight.policies import make_policy
     from foresight.runtime import CacheConfig
 
-    policy = make_policy(args.policy, **policy_kwargs(args))  # validate before loading the model
+    policy = make_policy(args.policy, **policy_kwargs(args)[args.policy])  # validate before loading the model
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
     CacheConfig(args.budget, args.interval, args.sinks)

@@ -1,7 +1,16 @@
-"""The ``foresight`` command line. Each subcommand lives in its own module under :mod:`foresight.commands`.
+"""The top floor of the house: the ``foresight`` command line and the end-to-end demo, on top of the library.
 
-A command module defines ``register(subparsers)`` which adds its parser and sets ``func`` (a callable taking the
-parsed args and returning an exit code). Modules are discovered automatically.
+* :func:`main` / :func:`build_parser` (here): the entry point (``foresight = "foresight.cli:main"``,
+  ``python -m foresight``);
+* :mod:`foresight.cli.commands`: one module per subcommand. A command module defines ``register(subparsers)``,
+  which adds its parser and sets ``func`` (a callable taking the parsed args and returning an exit code); modules
+  are discovered automatically. Arguments several commands share (model, cache B/W/sinks, policy and
+  ``--policy-arg``) are declared once in :mod:`foresight.cli.commands._common`;
+* :mod:`foresight.cli.demo`: the pipeline that ``foresight demo`` / ``make demo`` runs.
+
+Nothing below this package imports it (``tests/test_import_graph.py``). Command modules import the heavy
+libraries (torch, transformers, the training and evaluation stacks) inside their ``run`` functions, not at the top
+of the module, so that ``foresight --help`` and a usage error answer without loading them.
 
 Exit status: 0 success; 2 an error the user can fix (bad arguments, config values, missing or damaged input
 files), printed as one line ``foresight <command>: error: ...`` that names the offending file, key or value;
@@ -35,7 +44,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import foresight.commands as commands
+    import foresight.cli.commands as commands
 
     parser = OneLineParser(
         prog="foresight",

@@ -5,24 +5,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from foresight.commands._common import add_model_args
-from foresight.config import nonempty_text, nonnegative_int, positive_int
+from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
+from foresight.config import nonempty_text, positive_int
 
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="decode speed and peak KV memory per policy vs the full cache")
     add_model_args(p)
     p.add_argument("--policies", default="streaming_llm", help="comma-separated policies (full is always added)")
-    p.add_argument("--budget", type=positive_int, required=True, help="B")
-    p.add_argument("--interval", type=positive_int, required=True, help="W")
-    p.add_argument("--sinks", type=nonnegative_int, default=0)
+    # a budget is required: without one no policy evicts and the bench compares the full cache with itself
+    add_cache_args(p, budget_required=True)
     p.add_argument("--new-tokens", type=positive_int, default=512, help="tokens generated per run (exactly, EOS ignored)")
     p.add_argument("--repeats", type=positive_int, default=3, help="interleaved repeats (median reported)")
     p.add_argument("--batch-size", type=positive_int, default=1)
     p.add_argument("--prompt", default=None, type=nonempty_text, help="prompt text (default: a short word problem)")
     p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
-    p.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
-                   help="hyperparameter of one policy (repeatable)")
+    add_policy_args(p, several=True)
     p.add_argument("--out", default=None, help="directory for bench.json and bench.md")
     p.set_defaults(func=run)
 
@@ -31,15 +29,17 @@ def run(args) -> int:
     import foresight
     from evaluation.efficiency import bench_table, benchmark
     from evaluation.policies import check_requirements, make_factory, parse_policies
-    from foresight.commands.eval import _per_policy_kwargs
+    from foresight.schedule import CacheConfig
 
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
         raise ValueError("the golden policy only replays fixed traces; it cannot be benchmarked for decoding")
     check_requirements(names, args.scorer, None)
+    kwargs = policy_kwargs(args, ["full", *names])  # full is always measured, so it is in play too
+    args.interval = CacheConfig(args.budget, args.interval, args.sinks).interval  # W = B // 4 unless given
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
-                           policy_kwargs=_per_policy_kwargs(args.policy_arg))
+                           policy_kwargs=kwargs)
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,
                         prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory)
     table = bench_table(records)

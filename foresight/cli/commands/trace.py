@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from foresight.commands._common import add_model_args
+from foresight.cli.commands._common import add_model_args
 from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
 
 

@@ -1,0 +1,73 @@
+"""Arguments shared by several subcommands, each declared once here (model; cache B/W/sinks; policies and
+``--policy-arg``). Their argparse types (:mod:`foresight.config`) refuse bad values as one-line usage errors (exit
+status 2) before anything is loaded or written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from foresight.config import device_arg, nonnegative_int, parse_overrides, positive_int
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="smollm2-135m", help="built-in name, local dir, .gguf file or HF id")
+    p.add_argument("--device", type=device_arg, default=None,
+                   help="cuda, cpu, cuda:1 ... (default: cuda if available)")
+    p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                   help="weights dtype (default: bf16 on GPU, fp32 on CPU)")
+
+
+def add_cache_args(p: argparse.ArgumentParser, *, budget_required: bool = False, interval_required: bool = False,
+                   several_budgets: bool = False, sinks: bool = True) -> None:
+    """``--budget B``, ``--interval W`` and ``--sinks S``, declared here once for every command that takes them.
+
+    Defaults (those of :class:`foresight.schedule.CacheConfig`): no ``--budget`` keeps the full cache (a policy
+    that evicts then asks for one); ``--interval`` defaults to ``B // 4``; ``--sinks`` to 0. A command overrides
+    them only where it must, with the reason beside the call: ``budget_required`` / ``interval_required`` make
+    them mandatory, ``several_budgets`` takes a comma-separated list of budgets (checked by
+    :func:`evaluation.policies.parse_budgets`), ``sinks=False`` leaves ``--sinks`` out.
+    """
+    p.add_argument("--budget", type=str if several_budgets else positive_int, required=budget_required,
+                   default=None, metavar="B[,B...]" if several_budgets else "B",
+                   help="entries kept per (layer, KV head)" + (", or several comma-separated: 128,256,512"
+                                                                  if several_budgets else "")
+                   + ("" if budget_required else " (default: none, the full cache)"))
+    p.add_argument("--interval", type=positive_int, required=interval_required, default=None, metavar="W",
+                   help="new tokens between evictions" + ("" if interval_required else " (default: B // 4)"))
+    if sinks:
+        p.add_argument("--sinks", type=nonnegative_int, default=0, metavar="S",
+                       help="never evict the first S positions (default: 0)")
+
+
+def add_policy_args(p: argparse.ArgumentParser, *, several: bool = False) -> None:
+    """``--policy NAME`` and ``--policy-config FILE`` (one policy in play), or neither (``several``: the command
+    declares its own ``--policies``), and ``--policy-arg`` in the one grammar of
+    :func:`evaluation.policies.parse_policy_args`; :func:`policy_kwargs` reads them back."""
+    if not several:
+        p.add_argument("--policy", default="full", help="policy name (see `foresight policies`; default: full)")
+        p.add_argument("--policy-config", default=None, help="YAML file of policy hyperparameters")
+    p.add_argument(
+        "--policy-arg",
+        action="append",
+        default=[],
+        metavar="[POLICY.]KEY=VALUE",
+        help="policy hyperparameter (repeatable), e.g. --policy-arg random.seed=3; the POLICY. prefix is required "
+        "where several policies are in play",
+    )
+
+
+parse_kv = parse_overrides  # ``key=value`` strings (trainer config overrides), values read as YAML scalars
+
+
+def policy_kwargs(args, policies: list[str] | None = None) -> dict[str, dict]:
+    """``{policy: hyperparameters}`` from ``--policy-config`` and ``--policy-arg`` for the policies in play
+    (default: the one ``--policy``)."""
+    from evaluation.policies import parse_policy_args
+
+    return parse_policy_args(args.policy_arg, policies if policies is not None else [args.policy],
+                             getattr(args, "policy_config", None))
+
+
+def print_json(obj) -> None:
+    print(json.dumps(obj, indent=2, default=str))

@@ -1,1 +1,0 @@
-"""CLI subcommands, one module each (see :mod:`foresight.cli`)."""
