@@ -22,9 +22,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from tqdm.auto import tqdm
+
+from evaluation.grading import grade
 from foresight.config import read_json
 from foresight.errors import ForesightError
-from foresight.runtime import eos_token_ids
+from foresight.prompts import build_prompt
+from foresight.runtime import eos_token_ids, generate
+from golden.traces import trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"
 #: Settings that change what a sample is; a resumed run must agree on them.
@@ -100,13 +105,6 @@ def run_accuracy(
     ``settings`` must hold ``budget``, ``interval``, ``sinks``, ``temperature``, ``top_p``, ``top_k``,
     ``max_new_tokens``, ``seed`` and ``template`` (plus anything to record); ``policy`` is a policy instance.
     """
-    from tqdm.auto import tqdm
-
-    from evaluation.grading import grade
-    from foresight.prompts import build_prompt
-    from foresight.runtime import generate
-    from golden.traces import trace_seed
-
     if samples <= 0 or batch_size <= 0:
         raise ForesightError("--samples and --batch-size must be positive")
     if not 0 <= rank < world_size:
@@ -122,9 +120,14 @@ def run_accuracy(
     greedy = settings["temperature"] == 0
     prompts_cache: dict[str, str] = {}
     bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc=f"eval[{policy.name}]", disable=not progress)
+    # Batches are fixed slices of ``keys``: under a budget, left padding shifts a row's eviction events, so a sample
+    # is always generated beside the same rows; a resumed batch is regenerated whole and only its missing samples
+    # are written (the others come out identical).
     with path.open("a") as f:
-        for b0 in range(0, len(todo), batch_size):
-            chunk = todo[b0 : b0 + batch_size]
+        for b0 in range(0, len(keys), batch_size):
+            chunk = keys[b0 : b0 + batch_size]
+            if all(sample_key(p.id, s) in done for p, s in chunk):
+                continue
             prompts = []
             for p, _ in chunk:
                 if p.id not in prompts_cache:
@@ -143,6 +146,8 @@ def run_accuracy(
             batch_id = f"{rank}:{time.time_ns()}"
             eos = eos_token_ids(model, tokenizer)
             for i, (p, s) in enumerate(chunk):
+                if sample_key(p.id, s) in done:
+                    continue
                 g = grade(res.texts[i], p.answer)
                 ids = res.token_ids[i]
                 rec = {
@@ -156,7 +161,7 @@ def run_accuracy(
                 f.write(json.dumps(rec) + "\n")
             f.flush()
             os.fsync(f.fileno())
-            bar.update(len(chunk))
+            bar.update(sum(sample_key(p.id, s) not in done for p, s in chunk))
     bar.close()
     return write_summary(out, problems, samples)
 

@@ -20,6 +20,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
+import foresight
+from evaluation.export import export_scorer
+from evaluation.fidelity import evaluate_fidelity
+from evaluation.policies import make_factory
+from evaluation.report import write_fidelity_outputs
+from foresight.data import synthetic_problems
+from golden.pipeline import label_traces
+from golden.traces import generate_traces, load_traces
+from training.grpo import GRPOConfig, run_grpo
+from training.sl import SLConfig, run_sl
+
 DEMO_POLICIES = ["full", "golden", "learned", "lazy", "h2o", "snapkv", "rkv", "tova", "streaming_llm", "random"]
 
 
@@ -75,19 +88,6 @@ def _done(t0: float) -> None:
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns the summary also written to ``<out_dir>/summary.json``."""
-    import torch
-
-    import foresight
-    from evaluation.export import export_scorer
-    from evaluation.fidelity import evaluate_fidelity
-    from evaluation.policies import make_factory
-    from evaluation.report import write_fidelity_outputs
-    from foresight.data import synthetic_problems
-    from golden.pipeline import label_traces
-    from golden.traces import generate_traces, load_traces
-    from training.grpo import GRPOConfig, run_grpo
-    from training.sl import SLConfig, run_sl
-
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
