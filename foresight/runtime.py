@@ -108,6 +108,7 @@ def generate(
     stop_on_eos: bool = True,
     progress: bool = False,
     policy_kwargs: dict | None = None,
+    align: str = "rows",
 ) -> GenerationResult:
     """Generate continuations of ``prompts`` with a KV cache bounded by ``budget`` under ``policy``.
 
@@ -128,7 +129,15 @@ def generate(
     protect_prompt
         Leave the prompt uncompressed: prompt entries are never evicted and the budget applies to the
         generated tokens on top of the (longest) prompt.
+    align
+        How prompts of different lengths share a budgeted cache. ``"rows"`` (default): rows are decoded in groups
+        of equal prompt length, so no row is padded and every row evicts exactly where its own replay does (and
+        its tokens do not depend on which other prompts share the call). ``"batch"``: one left-padded batch with
+        one schedule counted in padded positions, as ``model.generate`` with a :class:`BudgetedCache` runs it (a
+        padded row's events then come earlier than if it ran alone).
     """
+    if align not in ("rows", "batch"):
+        raise ValueError(f"align must be 'rows' or 'batch', got {align!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if do_sample and temperature <= 0:
@@ -140,6 +149,12 @@ def generate(
     input_ids, attn = _encode_prompts(tokenizer, prompts, device)
     batch, plen = input_ids.shape
     prompt_lengths = attn.sum(-1).tolist()
+    if align == "rows" and budget is not None and policy.evicts and len(set(prompt_lengths)) > 1:
+        rows = [ids[ids.shape[0] - n :].tolist() for ids, n in zip(input_ids, prompt_lengths)]
+        settings = dict(policy=policy, budget=budget, interval=interval, max_new_tokens=max_new_tokens,
+                        do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, sinks=sinks,
+                        protect_prompt=protect_prompt, stop_on_eos=stop_on_eos, progress=progress, align="batch")
+        return _generate_by_length(model, tokenizer, rows, seed, settings)
     cache = BudgetedCache(model, policy, budget, interval, sinks, protect_prompt)
     eos = eos_token_ids(model, tokenizer) if stop_on_eos else set()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -196,6 +211,40 @@ def generate(
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
     stats = {**cache.stats(), "policy": policy.name}
     return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
+
+
+def _generate_by_length(model, tokenizer, rows: list[list[int]], seed, settings: dict) -> GenerationResult:
+    """:func:`generate` per group of equal-length prompts (no padding), reassembled in the callers' order."""
+    if seed is not None and not isinstance(seed, int) and len(seed) != len(rows):
+        raise ValueError(f"got {len(seed)} per-row seeds for {len(rows)} prompts")
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(len(r), []).append(i)
+    parts = {}
+    for idx in groups.values():
+        row_seed = seed if seed is None or isinstance(seed, int) else [seed[i] for i in idx]
+        parts[tuple(idx)] = generate(model, tokenizer, [rows[i] for i in idx], seed=row_seed, **settings)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    width_p = max(len(r) for r in rows)
+    width_new = max(res.sequences.shape[1] - res.prompt_lengths[0] for res in parts.values())
+    sequences = torch.full((len(rows), width_p + width_new), pad, dtype=torch.long)
+    token_ids: list = [None] * len(rows)
+    texts: list = [None] * len(rows)
+    for idx, res in parts.items():
+        p = res.prompt_lengths[0]
+        for j, i in enumerate(idx):
+            seq = res.sequences[j].cpu()
+            sequences[i, width_p - p : width_p + seq.shape[0] - p] = seq
+            token_ids[i], texts[i] = res.token_ids[j], res.texts[j]
+    stats = [res.stats for res in parts.values()]
+    merged = {**stats[0],
+              "peak_entries": [max(col) for col in zip(*(s["peak_entries"] for s in stats))],
+              "final_entries": max(s["final_entries"] for s in stats),
+              "evictions": max(s["evictions"] for s in stats),
+              "evicted_entries": sum(s["evicted_entries"] for s in stats),
+              "groups": len(stats)}
+    return GenerationResult(texts, token_ids, sequences.to(parts[next(iter(parts))].sequences.device),
+                            [len(r) for r in rows], merged)
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:

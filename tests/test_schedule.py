@@ -99,8 +99,9 @@ def test_hf_generate_with_budgeted_cache_matches_foresight_generate(name, model_
     prompts = [tok.decode(_prompt(model, 3 * B + 5)), "Hi", "What is 2+2? Think."]
     tok.padding_side = "left"
     for batch in (prompts[:1], prompts):  # batch 1 (prompt longer than 3B) and a left-padded batch
+        # model.generate runs a padded batch on one schedule counted in padded positions: align="batch"
         ours = foresight.generate(model, tok, batch, policy=_policy(name, model), budget=B, interval=W,
-                                  max_new_tokens=NEW, stop_on_eos=False)
+                                  max_new_tokens=NEW, stop_on_eos=False, align="batch")
         enc = tok(batch, return_tensors="pt", padding=True)
         cache = BudgetedCache(model, policy=_policy(name, model), budget=B, interval=W)
         out = model.generate(**enc, past_key_values=cache, do_sample=False, max_new_tokens=NEW, min_new_tokens=NEW)
@@ -108,6 +109,21 @@ def test_hf_generate_with_budgeted_cache_matches_foresight_generate(name, model_
         assert cache.stats()["evictions"] == ours.stats["evictions"]
         if name != "full":
             assert max(cache.stats()["peak_entries"]) <= enc["input_ids"].shape[1] + B + W
+
+
+@pytest.mark.parametrize("name", [p for p in DECODE_POLICIES if p != "random"])  # random draws per batch shape
+def test_rows_of_different_lengths_evict_on_their_own_schedule(name):
+    """generate(align="rows"), the default, gives every row of a mixed-length batch exactly its own generation."""
+    model, tok = get_model("tiny-llama")
+    prompts = [_prompt(model, n, seed=1) for n in (9, B + W + 3, 9, 3 * B + 5)]
+    kw = dict(budget=B, interval=W, max_new_tokens=NEW, stop_on_eos=False, do_sample=True, temperature=0.9)
+    both = foresight.generate(model, tok, prompts, policy=_policy(name, model), seed=[5, 6, 7, 8], **kw)
+    for i, p in enumerate(prompts):
+        alone = foresight.generate(model, tok, [p], policy=_policy(name, model), seed=[5 + i], **kw)
+        assert both.token_ids[i] == alone.token_ids[0], (name, i)
+        assert both.sequences[i, -NEW:].tolist() == alone.sequences[0, -NEW:].tolist()
+    assert both.prompt_lengths == [len(p) for p in prompts]
+    assert both.stats.get("groups") == (None if name == "full" else 3)  # the full cache needs no grouping
 
 
 def test_hf_sampling_and_pipeline_through_the_cache():
