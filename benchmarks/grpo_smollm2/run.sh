@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 export E=${E:-runs/exp7}
 HERE=benchmarks/grpo_smollm2
-$PY -m foresight trace --model smollm2-135m --data ../shared/data/math500_dev.jsonl --limit 48 \
+$PY -m foresight trace --model smollm2-135m --data math500 --limit 48 \
     --max-new-tokens 512 --batch-size 8 --seed 0 --out $E/traces --no-progress
 $PY -m foresight golden --traces $E/traces --out $E/golden_B64_W16 --budget 64 --interval 16 --no-progress
 $PY -m foresight train sl --config configs/sl.yaml traces=$E/traces labels=$E/golden_B64_W16 budget=64 \
