@@ -126,13 +126,13 @@ def test_cumulative_features_equal_full_attention_sums_in_replay(tiny, chunk):
 
 
 def test_cumulative_features_include_a_compressed_prompt(tiny):
-    """Generation: a prompt longer than B (one prefill step of 30 queries, compressed right after it), left
-    padding in a batch, then token-by-token decoding."""
+    """Generation: a prompt longer than B (prefilled in pieces cut at the event points), left padding in one
+    batch (align="batch": one padded schedule), then token-by-token decoding."""
     model, tok = tiny
     prompts = [list(range(5, 35)), list(range(40, 62))]
     log, got = _StepLog(), []
     res = foresight.generate(model, tok, prompts, policy=_recorder(log, got), budget=B, interval=W,
-                             max_new_tokens=20, stop_on_eos=False)
+                             max_new_tokens=20, stop_on_eos=False, align="batch")
     assert res.stats["evictions"] >= 5
     _check(got, log, 30 + 20, min_events=5)
 
