@@ -13,7 +13,7 @@ import torch
 import yaml
 
 import foresight
-from foresight.cache import BudgetedCache, EvictView
+from foresight.cache import BudgetedCache
 from foresight.policies import POLICIES, make_policy, policy_names
 from foresight.policies._common import pool1d
 from foresight.schedule import CacheConfig, replay_schedule
@@ -310,82 +310,11 @@ def test_caote_forwards_hooks_to_inner():
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# LazyEviction bookkeeping against a naive per-step reference
+# LazyEviction bookkeeping
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class NaiveLazy:
-    """Plain-Python LazyEviction bookkeeping, keyed by logical position, one dict per (row, KV head)."""
-
-    def __init__(self, alpha: float, eps: float):
-        self.alpha, self.eps = alpha, eps
-        self.last: dict[tuple[int, int, int], float] = {}
-        self.mri: dict[tuple[int, int, int], float] = {}
-
-    def observe(self, probs, positions, query_positions):
-        b, hkv, g, q, n = probs.shape
-        for bi in range(b):
-            for h in range(hkv):
-                for j in range(n):
-                    key = (bi, h, int(positions[bi, h, j]))
-                    if key not in self.last:
-                        self.last[key], self.mri[key] = float(positions[bi, h, j]), 0.0
-                for i in range(q):  # query rows in order, one step each
-                    t = float(query_positions[bi, i])
-                    for j in range(n):
-                        a = max(float(probs[bi, h, gg, i, j]) for gg in range(g))
-                        if a >= self.alpha:
-                            key = (bi, h, int(positions[bi, h, j]))
-                            self.mri[key] = max(self.mri[key], t - self.last[key])
-                            self.last[key] = t
-
-    def score(self, key, t):
-        import math
-
-        last, mri = self.last[key], self.mri[key]
-        s1 = 2 / (1 + math.exp(1 + (t - last) / (mri + self.eps)))
-        s2 = 0.0 if mri == 0 else 2 / (1 + math.exp(-(1 - mri)))
-        return s1 + s2
-
-
-@pytest.mark.parametrize("chunk", [1, 3, W])
-def test_lazy_bookkeeping_matches_naive_reference(chunk):
-    alpha = 0.06
-    policy = make_policy("lazy", alpha=alpha, entry="fresh")  # NaiveLazy is the fresh rule; see tests/test_lazy.py
-    naive = NaiveLazy(alpha, policy.eps)
-    checked = []
-    observe, score = policy.observe, policy.score
-
-    def observe_both(view):
-        naive.observe(view.probs, view.positions, view.query_positions)
-        observe(view)
-        last, mri = policy.state.get(0, "last"), policy.state.get(0, "mri")
-        for bi in range(last.shape[0]):
-            for h in range(last.shape[1]):
-                for j in range(last.shape[2]):
-                    key = (bi, h, int(view.positions[bi, h, j]))
-                    assert last[bi, h, j].item() == naive.last[key]
-                    assert mri[bi, h, j].item() == naive.mri[key]
-
-    def score_both(view):
-        s = score(view)
-        t = float(policy._t[0][0])
-        for h in range(s.shape[1]):
-            for j in range(s.shape[2]):
-                key = (0, h, int(view.positions[0, h, j]))
-                assert s[0, h, j].item() == pytest.approx(naive.score(key, t), abs=1e-6)
-        checked.append(True)
-        return s
-
-    policy.observe, policy.score = observe_both, score_both
-    n = 70
-    g = torch.Generator().manual_seed(7)
-    keys = torch.randn(1, HKV, n, D, generator=g)
-    queries = torch.randn(1, HKV * G, n, D, generator=g) * 0.6
-    cache = drive(policy, keys, queries, chunk=chunk)
-    assert cache.events >= 5 and len(checked) == cache.events
-    mri = policy.state.get(0, "mri")
-    assert (mri > 0).any() and (mri == 0).any()  # the random attention exercised both branches
+# The naive per-step reference for both LazyEviction variants lives in tests/test_lazy.py.
 
 
 def test_lazy_chunked_state_equals_step_state():
