@@ -12,7 +12,8 @@ import torch
 import foresight
 from foresight import replay_schedule
 from foresight.errors import ForesightError
-from golden.labels import LabelMismatchError, load_labels, save_labels
+from golden.labels import LabelMismatchError, load_labels
+from tests.test_sl import _make_data as make_sl_data
 from training.sl import SLConfig
 
 B, W = 16, 4
@@ -20,22 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _make_data(root: Path, n: int = 6) -> tuple[Path, Path]:
-    import datasets
-
-    from golden.oracle import label_trace
-
-    model, _ = foresight.load_model("tiny-llama", device="cpu")
-    fp = json.dumps(foresight.model_fingerprint(model))
-    g = torch.Generator().manual_seed(1)
-    rows = []
-    for i in range(n):
-        ids = torch.randint(3, 250, (40 + 4 * i,), generator=g).tolist()
-        rows.append(dict(trace_id=f"p{i}#0", problem_id=f"p{i}", sample=0, input_ids=ids, prompt_len=4, answer="",
-                         settings="{}", fingerprint=fp))
-    datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
-    save_labels(root / "labels.safetensors",
-                [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in rows])
-    return root / "traces", root / "labels.safetensors"
+    return make_sl_data(root, n, seed=1, base_len=40)  # same B, W as tests/test_sl.py
 
 
 @pytest.fixture(scope="module")

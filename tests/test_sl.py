@@ -122,7 +122,8 @@ def test_cli_reports_config_errors(capsys):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _make_data(root: Path, n: int = 6) -> tuple[Path, Path]:
+def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36) -> tuple[Path, Path]:
+    """``n`` random tiny-llama traces of ``base_len + 4 i`` tokens (problem ``p<i>``) and their golden labels."""
     import datasets
 
     from golden.labels import save_labels
@@ -130,10 +131,10 @@ def _make_data(root: Path, n: int = 6) -> tuple[Path, Path]:
 
     model, _ = foresight.load_model("tiny-llama", device="cpu")
     fp = json.dumps(foresight.model_fingerprint(model))
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     rows = []
     for i in range(n):
-        ids = torch.randint(3, 250, (36 + 4 * i,), generator=g).tolist()
+        ids = torch.randint(3, 250, (base_len + 4 * i,), generator=g).tolist()
         rows.append(dict(trace_id=f"p{i}#0", problem_id=f"p{i}", sample=0, input_ids=ids, prompt_len=4, answer="",
                          settings="{}", fingerprint=fp))
     datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
