@@ -159,3 +159,19 @@ def test_a_forward_crossing_an_event_needs_last_logits_only():
     cache = BudgetedCache(model, policy="h2o", budget=B, interval=W)
     with pytest.raises(ForesightError, match="would cross the eviction event at token 20"):
         model(input_ids=torch.tensor([_prompt(model, 30)]), past_key_values=cache)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["h2o", "lazy", "streaming_llm"])
+def test_hf_generate_with_budgeted_cache_on_smollm2(smollm2, name):
+    model, tok = smollm2
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Explain step by step how to compute 12*7."}],
+                                     tokenize=False, add_generation_prompt=True)
+    enc = tok([prompt], return_tensors="pt")
+    assert enc["input_ids"].shape[1] > 32 + 8  # the prompt crosses events: chunked prefill on both sides
+    ours = foresight.generate(model, tok, [prompt], policy=name, budget=32, interval=8, max_new_tokens=48,
+                              stop_on_eos=False)
+    cache = BudgetedCache(model, policy=name, budget=32, interval=8)
+    out = model.generate(**enc, past_key_values=cache, do_sample=False, max_new_tokens=48, min_new_tokens=48)
+    assert torch.equal(out, ours.sequences)
+    assert max(cache.stats()["peak_entries"]) == 40 and cache.stats()["evictions"] == ours.stats["evictions"]
