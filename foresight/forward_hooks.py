@@ -83,6 +83,9 @@ def _prefill_in_pieces(model, cache, kwargs: dict, q: int) -> dict:
     logits only (``logits_to_keep=1``, as ``generate`` does); feed pieces yourself (:func:`foresight.replay`)
     to get logits of every position.
     """
+    # The first forward of a protected prompt is never cut: its tokens are never evicted.
+    if cache.config.protect_prompt and cache.fed == 0:
+        return kwargs
     if kwargs.get("logits_to_keep") != 1:
         raise ForesightError(
             f"a forward of {q} tokens would cross the eviction event at token {cache.next_event()} "
@@ -95,9 +98,6 @@ def _prefill_in_pieces(model, cache, kwargs: dict, q: int) -> dict:
     positions, _ = _step_inputs(cache, seq, kwargs)
     start = cache.fed
     end = start + q
-    # The first forward of a protected prompt is never cut: its tokens are never evicted.
-    if cache.config.protect_prompt and start == 0:
-        return kwargs
     pieces = cache.pieces(end, chunk=q)
     fixed = {k: v for k, v in kwargs.items() if k not in (key, "attention_mask", "position_ids", "cache_position")}
     for a, b, _ in pieces[:-1]:

@@ -159,6 +159,10 @@ def test_a_forward_crossing_an_event_needs_last_logits_only():
     cache = BudgetedCache(model, policy="h2o", budget=B, interval=W)
     with pytest.raises(ForesightError, match="would cross the eviction event at token 20"):
         model(input_ids=torch.tensor([_prompt(model, 30)]), past_key_values=cache)
+    # a protected prompt is never cut or evicted, so any forward over it is fine
+    cache = BudgetedCache(model, policy="h2o", budget=B, interval=W, protect_prompt=True)
+    logits = model(input_ids=torch.tensor([_prompt(model, 30)]), past_key_values=cache).logits
+    assert logits.shape[1] == 30 and cache.length == 30 and cache.events == 0
 
 
 @pytest.mark.slow
