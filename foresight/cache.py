@@ -145,7 +145,6 @@ class BudgetedCache(Cache):
         self.num_groups = num_groups
         self.budget = cfg.budget if policy.evicts else None
         self.interval = cfg.interval
-        self.sinks = cfg.sinks
         if self.budget is not None:
             policy.check_cache(cfg.budget, cfg.interval)
         self._meta = meta
@@ -229,7 +228,7 @@ class BudgetedCache(Cache):
             )
             scores = self.policy.score(view).float()
             scores = scores.masked_fill(~layer.valid[..., :n_cand], float("-inf"))
-            protected = layer.positions[..., :n_cand] < self.sinks
+            protected = layer.positions[..., :n_cand] < self.config.sinks
             if self.protect_len is not None:
                 protected = protected | (layer.positions[..., :n_cand] < self.protect_len[:, None, None])
             scores = scores.masked_fill(protected & layer.valid[..., :n_cand], float("inf"))
