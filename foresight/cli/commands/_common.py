@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from foresight.config import device_arg, nonnegative_int, parse_overrides, positive_int
+from foresight.config import adapter_arg, device_arg, nonnegative_int, parse_overrides, positive_int
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -16,6 +16,9 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
                    help="cuda, cpu, cuda:1 ... (default: cuda if available)")
     p.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                    help="weights dtype (default: bf16 on GPU, fp32 on CPU)")
+    p.add_argument("--adapter", type=adapter_arg, default=None, metavar="DIR",
+                   help="PEFT adapter directory loaded on top of --model and merged (e.g. `foresight train adapt` "
+                   "or `foresight export` output); the fingerprint records it")
 
 
 def add_cache_args(p: argparse.ArgumentParser, *, budget_required: bool = False, interval_required: bool = False,

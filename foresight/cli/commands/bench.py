@@ -37,7 +37,8 @@ def run(args) -> int:
     check_requirements(names, args.scorer, None)
     kwargs = policy_kwargs(args, ["full", *names])  # full is always measured, so it is in play too
     args.interval = CacheConfig(args.budget, args.interval, args.sinks).interval  # W = B // 4 unless given
-    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
+                                      adapter=args.adapter)
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
                            policy_kwargs=kwargs)
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,

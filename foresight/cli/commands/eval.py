@@ -87,7 +87,8 @@ def run_fidelity(args) -> int:
     ds = load_traces(args.traces)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
-    model, _ = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    model, _ = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
+                                    adapter=args.adapter)
     _check_trace_fingerprint(ds, model, args.traces)
     factory = make_factory(model=model, scorer=args.scorer, golden=args.golden, interval=args.interval,
                            policy_kwargs=kwargs)
@@ -149,7 +150,8 @@ def run_aime(args) -> int:
         raise ForesightError(str(exc)) from None
     problems = load_problems(args.data, limit=args.limit)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
+                                      adapter=args.adapter)
     if args.scorer:
         check = getattr(getattr(policy, "model", None), "check_compatible", None)
         if callable(check):

@@ -34,7 +34,8 @@ def run(args) -> int:
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
     CacheConfig(args.budget, args.interval, args.sinks)
-    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype)
+    model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
+                                      adapter=args.adapter)
     prompts = args.prompt
     if args.chat:
         prompts = [

@@ -31,7 +31,8 @@ def run(args) -> int:
 
     CacheConfig(args.budget, args.interval)  # validate before loading the model
     load_traces(args.traces)
-    model, _ = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype)
+    model, _ = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
+                                    adapter=args.adapter)
     s = label_traces(
         model,
         args.traces,

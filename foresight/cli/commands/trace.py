@@ -45,7 +45,8 @@ def run(args) -> int:
 
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
-    model, tok = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype)
+    model, tok = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
+                                      adapter=args.adapter)
     out = generate_traces(
         model,
         tok,
