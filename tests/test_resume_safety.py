@@ -21,6 +21,8 @@ from foresight.errors import ForesightError
 from tests.test_grpo_train import tiny_grpo  # noqa: F401  (a fixture)
 from tests.test_sl import B, REPO, W, _cfg, _make_data
 from training import checkpoint as ckpt
+from training import state_io
+from training.settings_check import check_settings
 
 
 @pytest.fixture(scope="module")
@@ -291,12 +293,12 @@ def test_optimizer_state_round_trips_through_tensors_and_json():
     opt = torch.optim.Adam(m.parameters(), lr=0.1, betas=(0.8, 0.95))
     m(torch.randn(4, 3)).sum().backward()
     opt.step()
-    tensors, structure = ckpt.flatten_state(opt.state_dict(), "opt")
+    tensors, structure = state_io.flatten_state(opt.state_dict(), "opt")
     tensors = st_load(st_save(tensors))
     structure = json.loads(json.dumps(structure))
     m2 = torch.nn.Linear(3, 2)
     opt2 = torch.optim.Adam(m2.parameters(), lr=0.5)
-    opt2.load_state_dict(ckpt.unflatten_state(structure, tensors))
+    opt2.load_state_dict(state_io.unflatten_state(structure, tensors))
     a, b = opt.state_dict(), opt2.state_dict()
     assert a["param_groups"] == b["param_groups"] and b["param_groups"][0]["betas"] == (0.8, 0.95)
     for pid in a["state"]:
@@ -305,19 +307,19 @@ def test_optimizer_state_round_trips_through_tensors_and_json():
 
 
 def test_rng_state_round_trips():
-    tensors, meta = ckpt._rng_state()
+    tensors, meta = state_io.rng_state()
     meta = json.loads(json.dumps(meta))
     want = (torch.rand(3), np.random.rand(3), random.random())
-    ckpt._set_rng_state(tensors, meta)
+    state_io.set_rng_state(tensors, meta)
     got = (torch.rand(3), np.random.rand(3), random.random())
     assert torch.equal(want[0], got[0]) and np.array_equal(want[1], got[1]) and want[2] == got[2]
 
 
 def test_settings_check_names_every_differing_key(tmp_path):
     saved = {"budget": 64, "interval": 16, "labels": "abc"}
-    ckpt.check_settings(saved, {"budget": 64}, tmp_path, complete=False)
+    check_settings(saved, {"budget": 64}, tmp_path, complete=False)
     with pytest.raises(ForesightError) as exc:
-        ckpt.check_settings(saved, {"budget": 128, "interval": 16, "labels": "abd"}, tmp_path)
+        check_settings(saved, {"budget": 128, "interval": 16, "labels": "abd"}, tmp_path)
     assert "trained with budget=64, labels=abc, this run asks budget=128, labels=abd; differing: budget, labels" \
         in str(exc.value)
 

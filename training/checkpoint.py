@@ -33,28 +33,28 @@ therefore complete; a kill at any point leaves the previous checkpoint intact an
 keys) when the settings differ from this run's, verifies every file's size and sha256, then restores weights,
 optimizer, scheduler, counters and RNG. Data order is a pure function of (seed, step) (see
 :class:`training.loop.StepSampler`), so a resumed run equals an uninterrupted one.
+
+The file encoding is :mod:`training.state_io`, the settings comparison :mod:`training.settings_check`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import random
 import shutil
 from pathlib import Path
-from typing import Any, Iterable
 
-import numpy as np
 import torch
 
 from foresight.errors import ForesightError
 from golden.sharding import file_sha256
+from training.distributed import barrier
+from training.settings_check import check_settings, plain
+from training.state_io import flatten_state, load_tensors, rng_state, save_tensors, set_rng_state, unflatten_state
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "checkpoint.json"
 FORMAT = "foresight-checkpoint/1"
-_META = "foresight"  # safetensors header key holding the JSON structure
 
 
 def tag_for(step: int) -> str:
@@ -70,7 +70,7 @@ def _rank_file(rank: int) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Finding checkpoints, comparing settings
+# Finding checkpoints
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -115,150 +115,11 @@ def _read_json(path: Path) -> dict:
     return data
 
 
-def plain(settings: dict) -> dict:
-    """``settings`` as they read back from JSON (tuples become lists), so saved and current values compare."""
-    return json.loads(json.dumps(settings, sort_keys=True, default=str))
-
-
-def _show(v: Any) -> str:
-    s = json.dumps(v, default=str) if not isinstance(v, str) else v
-    return s if len(s) <= 60 else s[:57] + "..."
-
-
-def check_settings(saved: dict, now: dict, where: Path, complete: bool = True) -> None:
-    """Refuse to resume when a setting that defines the training differs; name every differing key.
-
-    With ``complete=False`` only the keys of ``now`` are compared (an early check before the data is loaded).
-    """
-    now = plain(now)
-    keys = set(now) | (set(saved) if complete else set())
-    missing = object()
-    diff = sorted(k for k in keys if saved.get(k, missing) != now.get(k, missing))
-    if not diff:
-        return
-    was = ", ".join(f"{k}={_show(saved.get(k, '(unset)'))}" for k in diff)
-    asks = ", ".join(f"{k}={_show(now.get(k, '(unset)'))}" for k in diff)
-    raise ForesightError(f"--resume: the checkpoint {where} was trained with {was}, this run asks {asks}; "
-                         f"differing: {', '.join(diff)} (resume with the original settings or use another out_dir)")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Content digests (identity of traces, labels, scorers)
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def digest(parts: Iterable[Any]) -> str:
-    """sha256 (first 16 hex digits) over strings, bytes, int lists and tensors, in order."""
-    h = hashlib.sha256()
-    for p in parts:
-        if isinstance(p, torch.Tensor):
-            t = p.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.view(torch.uint8).numpy() if t.numel() else b"")
-        elif isinstance(p, (bytes, bytearray)):
-            h.update(p)
-        elif isinstance(p, (list, tuple)):
-            h.update(np.asarray(p, dtype=np.int64).tobytes())
-        else:
-            h.update(str(p).encode())
-        h.update(b"\x00")
-    return h.hexdigest()[:16]
-
-
-def digest_rows(rows: list[dict]) -> str:
-    """Identity of trace rows: their ids and token ids, in order."""
-    return digest(x for r in rows for x in (r["trace_id"], list(map(int, r["input_ids"]))))
-
-
-def digest_files(paths: Iterable[str | Path]) -> str:
-    """Identity of files by content (e.g. a scorer directory's config.json + model.safetensors)."""
-    return digest(x for p in paths for x in (Path(p).name, Path(p).read_bytes()))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# State <-> tensors + JSON
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def flatten_state(sd: dict, prefix: str) -> tuple[dict[str, torch.Tensor], dict]:
-    """A torch optimizer ``state_dict`` as named tensors plus a JSON-able structure (tensor leaves by name)."""
-    tensors: dict[str, torch.Tensor] = {}
-
-    def enc(v, name):
-        if isinstance(v, torch.Tensor):
-            tensors[name] = v.detach().cpu().clone().contiguous()
-            return {"tensor": name}
-        if isinstance(v, tuple):
-            return {"tuple": [enc(x, f"{name}.{i}") for i, x in enumerate(v)]}
-        if isinstance(v, list):
-            return {"list": [enc(x, f"{name}.{i}") for i, x in enumerate(v)]}
-        if isinstance(v, dict):
-            return {"dict": [[k, enc(x, f"{name}.{k}")] for k, x in v.items()]}
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return {"value": v}
-        raise TypeError(f"cannot store {type(v).__name__} at {name} in a checkpoint")
-
-    return tensors, enc(sd, prefix)
-
-
-def unflatten_state(structure: dict, tensors: dict[str, torch.Tensor]):
-    """Inverse of :func:`flatten_state`."""
-    if "tensor" in structure:
-        return tensors[structure["tensor"]]
-    if "tuple" in structure:
-        return tuple(unflatten_state(x, tensors) for x in structure["tuple"])
-    if "list" in structure:
-        return [unflatten_state(x, tensors) for x in structure["list"]]
-    if "dict" in structure:
-        return {k: unflatten_state(x, tensors) for k, x in structure["dict"]}
-    return structure["value"]
-
-
-def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
-    tensors = {"rng.torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        for i, s in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = s
-    name, keys, pos, has_gauss, gauss = np.random.get_state()
-    tensors["rng.numpy"] = torch.from_numpy(keys.astype(np.int64))
-    version, pystate, pygauss = random.getstate()
-    return tensors, {"numpy": [name, int(pos), int(has_gauss), float(gauss)],
-                     "python": [version, list(pystate), pygauss]}
-
-
-def _set_rng_state(tensors: dict[str, torch.Tensor], meta: dict) -> None:
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
-    if cuda and torch.cuda.is_available() and len(cuda) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda)
-    name, pos, has_gauss, gauss = meta["numpy"]
-    np.random.set_state((name, tensors["rng.numpy"].numpy().astype(np.uint32), pos, has_gauss, gauss))
-    version, pystate, pygauss = meta["python"]
-    random.setstate((version, tuple(pystate), pygauss))
-
-
 def _zero_stage(engine) -> int:
     stage = int(engine.zero_optimization_stage()) if hasattr(engine, "zero_optimization_stage") else 0
     if stage not in (0, 1, 2):
         raise ForesightError(f"checkpoints support ZeRO stages 0, 1 and 2, the DeepSpeed config asks stage {stage}")
     return stage
-
-
-def _save_tensors(path: Path, tensors: dict[str, torch.Tensor], meta: Any) -> None:
-    from safetensors.torch import save_file
-
-    save_file(tensors, str(path), metadata={_META: json.dumps(meta)})
-
-
-def _load_tensors(path: Path) -> tuple[dict[str, torch.Tensor], Any]:
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = json.loads((f.metadata() or {}).get(_META, "null"))
-            return {k: f.get_tensor(k) for k in f.keys()}, meta
-    except (SafetensorError, OSError, ValueError) as exc:
-        raise ForesightError(f"--resume: {path} is not a readable safetensors checkpoint file ({exc})") from None
 
 
 def _engine_counters(engine) -> dict:
@@ -293,8 +154,6 @@ def _write_text_atomic(path: Path, text: str) -> None:
 def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict, is_main: bool,
          keep_last: int = 0) -> Path:
     """Write checkpoint ``step`` atomically (collective: every rank must call it)."""
-    from training.distributed import barrier
-
     stage = _zero_stage(engine)
     rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
     root = checkpoint_root(out_dir)
@@ -305,7 +164,7 @@ def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict,
             shutil.rmtree(stale, ignore_errors=True)
         tmp.mkdir(parents=True)
     barrier()
-    tensors, meta = _rng_state()
+    tensors, meta = rng_state()
     if stage > 0:
         zero = engine.optimizer
         opt_tensors, meta["optimizer"] = flatten_state(zero.optimizer.state_dict(), "opt")
@@ -313,14 +172,14 @@ def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict,
         for i, part in enumerate(zero.single_partition_of_fp32_groups):
             tensors[f"fp32.{i}"] = part.detach().cpu().clone()
         meta["fp32_groups"] = len(zero.single_partition_of_fp32_groups)
-    _save_tensors(tmp / _rank_file(rank), tensors, meta)
+    save_tensors(tmp / _rank_file(rank), tensors, meta)
     barrier()
     if is_main:
         module = engine.module
         state = {k: v.detach().cpu().clone().contiguous() for k, v in module.state_dict().items()}
-        _save_tensors(tmp / "model.safetensors", state, None)
+        save_tensors(tmp / "model.safetensors", state, None)
         if stage == 0:
-            _save_tensors(tmp / "optimizer.safetensors", *flatten_state(engine.optimizer.state_dict(), "opt"))
+            save_tensors(tmp / "optimizer.safetensors", *flatten_state(engine.optimizer.state_dict(), "opt"))
         if hasattr(module, "save_pretrained"):
             module.save_pretrained(tmp / "scorer")
         files = {}
@@ -380,15 +239,15 @@ def load(engine, out_dir: str | Path, settings: dict) -> dict:
     for need in ["model.safetensors", _rank_file(rank)] + (["optimizer.safetensors"] if stage == 0 else []):
         if need not in manifest["files"]:
             raise ForesightError(f"--resume: {path / MANIFEST} lists no {need}")
-    weights, _ = _load_tensors(path / "model.safetensors")
+    weights, _ = load_tensors(path / "model.safetensors")
     try:
         engine.module.load_state_dict(weights, strict=True)
     except RuntimeError as exc:
         raise ForesightError(f"--resume: {path / 'model.safetensors'} does not fit this scorer ({exc})") from None
-    rank_tensors, rank_meta = _load_tensors(path / _rank_file(rank))
+    rank_tensors, rank_meta = load_tensors(path / _rank_file(rank))
     try:
         if stage == 0:
-            opt_tensors, opt_meta = _load_tensors(path / "optimizer.safetensors")
+            opt_tensors, opt_meta = load_tensors(path / "optimizer.safetensors")
             engine.optimizer.load_state_dict(unflatten_state(opt_meta, opt_tensors))
         else:
             zero = engine.optimizer
@@ -397,7 +256,7 @@ def load(engine, out_dir: str | Path, settings: dict) -> dict:
                 part.data.copy_(rank_tensors[f"fp32.{i}"])
         if manifest.get("scheduler") is not None and engine.lr_scheduler is not None:
             engine.lr_scheduler.load_state_dict(unflatten_state(manifest["scheduler"], {}))
-        _set_rng_state(rank_tensors, rank_meta)
+        set_rng_state(rank_tensors, rank_meta)
     except (KeyError, TypeError, ValueError, RuntimeError) as exc:
         raise ForesightError(f"--resume: the checkpoint {path} does not fit this run ({type(exc).__name__}: "
                              f"{exc})") from None

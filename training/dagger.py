@@ -49,7 +49,9 @@ from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from training import checkpoint as ckpt
+from training.digests import digest
 from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
+from training.settings_check import check_settings, plain
 
 ROUNDS = "rounds"
 STATE = "dagger.json"
@@ -147,11 +149,11 @@ def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> No
             raise ForesightError(f"--resume: no DAgger run under {cfg.out_dir} ({state} missing); start without "
                                  "--resume")
         saved = json.loads(state.read_text())
-        ckpt.check_settings(saved.get("settings", {}), settings, state, complete=complete)
+        check_settings(saved.get("settings", {}), settings, state, complete=complete)
     elif dist.is_main:
         shutil.rmtree(Path(cfg.out_dir) / ROUNDS, ignore_errors=True)
         state.parent.mkdir(parents=True, exist_ok=True)
-        _write_json(state, {"format": STATE_FORMAT, "settings": ckpt.plain(settings)})
+        _write_json(state, {"format": STATE_FORMAT, "settings": plain(settings)})
 
 
 def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) -> dict[str, Any]:
@@ -225,7 +227,7 @@ def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> di
     rdir = round_dir(cfg.out_dir, r)
     round_cfg = replace(cfg, out_dir=str(rdir),
                         max_steps_per_run=cfg.max_steps_per_run - used if cfg.max_steps_per_run else 0)
-    identity = {"dagger_round": r, "dagger_rows": ckpt.digest([task.train["alpha"], task.train["positions"]])}
+    identity = {"dagger_round": r, "dagger_rows": digest([task.train["alpha"], task.train["positions"]])}
     summary = train(_RoundTask(task, identity), round_cfg, dist, resume=ckpt.latest_step(rdir) is not None,
                     logger=MetricsLogger(rdir, enabled=dist.is_main))
     if summary["finished"] and dist.is_main:

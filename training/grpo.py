@@ -43,6 +43,7 @@ from foresight.runtime import replay
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
 from training import checkpoint as ckpt
+from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
 from training.loop import run_task, task_model
 from training.registry import register_trainer
@@ -177,9 +178,9 @@ class GRPOTask:
     def resume_identity(self) -> dict:
         """Content digests of the split's traces and of the initial and reference scorers."""
         def scorer(d):
-            return ckpt.digest_files([Path(d) / CONFIG_NAME, Path(d) / WEIGHTS_NAME])
+            return digest_files([Path(d) / CONFIG_NAME, Path(d) / WEIGHTS_NAME])
 
-        return {"traces": f"{ckpt.digest_rows(self.train_rows)}/{ckpt.digest_rows(self.val_rows)}",
+        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}",
                 "init_scorer": scorer(self.cfg.init_scorer),
                 "ref_scorer": scorer(self.cfg.ref_scorer or self.cfg.init_scorer)}
 

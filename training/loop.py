@@ -29,8 +29,10 @@ from tqdm.auto import tqdm
 
 from foresight.config import check_device, check_fields, check_keys, read_json
 from training import checkpoint as ckpt
+from training.digests import digest
 from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
 from training.logging import REPORTERS, MetricsLogger
+from training.settings_check import check_settings
 
 
 @dataclass
@@ -116,7 +118,7 @@ def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=N
     ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
     out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
     out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
-               deepspeed=ckpt.digest([json.dumps(ds_config, sort_keys=True)]))
+               deepspeed=digest([json.dumps(ds_config, sort_keys=True)]))
     if task is not None and hasattr(task, "resume_identity"):
         out.update(task.resume_identity())
     return out
@@ -291,8 +293,8 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
         path, manifest = ckpt.find_latest(cfg.out_dir)
         ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                    world_size=dist.world_size)
-        ckpt.check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config), path,
-                            complete=False)
+        check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config), path,
+                       complete=False)
         ckpt.verify_files(path, manifest)
     torch.manual_seed(cfg.seed)
     task = make_task(dist)

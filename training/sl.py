@@ -426,7 +426,7 @@ class SLTask:
 
     def resume_identity(self) -> dict:
         """Content digests of the split's traces and of their labels (a resume must use the same data)."""
-        from training.checkpoint import digest, digest_rows
+        from training.digests import digest, digest_rows
 
         ids = [r["trace_id"] for r in self.train_rows + self.val_rows]
         labels = digest(x for t in ids for ev in self.labels[t].events
