@@ -16,7 +16,7 @@ import torch
 
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
-from training.sl import load_events
+from training.sl_features import load_events
 
 
 def main() -> None:

@@ -252,7 +252,7 @@ def test_overrides_before_and_after_config_are_accepted(inputs, capsys):
 
 def test_typed_config_values_are_checked_and_coerced_losslessly():
     from foresight.config import ConfigError
-    from training.sl import SLConfig
+    from training.sl_config import SLConfig
 
     base = dict(traces="t", labels="l", deepspeed=DS)
     cfg = SLConfig.from_dict({**base, "steps": 1e3, "lr": "1e-3", "heldout": 2})
@@ -316,7 +316,8 @@ def test_scorer_is_written_before_the_final_evaluation(inputs, tmp_path, monkeyp
     """A final evaluation that fails (or is killed) after a long training run must not cost the trained scorer."""
     from foresight.config import parse_overrides
     from tests.conftest import get_model
-    from training.sl import SLConfig, SLTask, run_sl
+    from training.sl import SLTask, run_sl
+    from training.sl_config import SLConfig
 
     def evaluate(self, step, final):
         if final:

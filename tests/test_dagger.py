@@ -14,7 +14,7 @@ from foresight import replay_schedule
 from foresight.errors import ForesightError
 from golden.labels import LabelMismatchError, load_labels
 from tests.test_sl import _make_data as make_sl_data
-from training.sl import SLConfig
+from training.sl_config import SLConfig
 
 B, W = 16, 4
 REPO = Path(__file__).resolve().parents[1]
@@ -136,7 +136,7 @@ def test_beta_one_replays_the_golden_trajectory(data):
 
     from foresight.features import FEATURE_GROUPS, FeatureExtractor
     from training.onpolicy import collect_onpolicy_events
-    from training.sl import collect_events
+    from training.sl_features import collect_events
 
     model, _ = foresight.load_model("tiny-llama", device="cpu")
     labels = load_labels(data[1])

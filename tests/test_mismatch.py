@@ -106,7 +106,8 @@ def test_labels_of_other_tokens_are_refused_everywhere(data, tmp_path, capsys):
     assert rc == 2 and "labels-0000" in err and "p0#0" in err and "other token ids" in err
     assert not (tmp_path / "fid" / "fidelity.json").exists()
     # train sl: refused before any feature is extracted
-    from training.sl import SLConfig, run_sl
+    from training.sl import run_sl
+    from training.sl_config import SLConfig
 
     cfg = SLConfig.from_dict(dict(
         model="tiny-llama", traces=str(data["other"]), labels=str(data["golden"]), budget=B, interval=W, heldout=1,

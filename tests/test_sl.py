@@ -14,7 +14,8 @@ import torch
 
 import foresight
 from training.loop import StepSampler, TrainerConfig, lr_lambda
-from training.sl import SLConfig, evict_overlap, pairwise_hinge_loss, ranking_metrics
+from training.ranking import evict_overlap, pairwise_hinge_loss, ranking_metrics
+from training.sl_config import SLConfig
 
 B, W = 16, 4
 REPO = Path(__file__).resolve().parents[1]
@@ -162,7 +163,7 @@ def test_gradients_reach_only_the_scorer(tiny_data):
     from foresight.models import build_tiny_model
     from foresight.scorer import Scorer, ScorerConfig
     from golden.labels import load_labels
-    from training.sl import collect_events
+    from training.sl_features import collect_events
 
     model, _ = build_tiny_model("tiny-llama")  # a private copy we may unfreeze
     model.eval()

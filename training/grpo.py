@@ -46,11 +46,11 @@ from training import checkpoint as ckpt
 from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
 from training.loop import run_task, task_model
+from training.provenance import split_problems, stamp
 from training.registry import register_trainer
 from training.reward import episode_rewards, loss_ratio, reward_positions
 from training.rollout import (Rollout, action_advantages, collect_rollouts, event_action_mask, flat_actions,
                               rollout_log_probs)
-from training.sl import git_commit, split_problems
 
 # ----------------------------------------------------------------------------------------------------------------
 # The objective
@@ -149,8 +149,7 @@ class GRPOTask:
             **sc.provenance, "grpo": {
                 "init_scorer": str(cfg.init_scorer), "traces": str(cfg.traces), "budget": self.budget,
                 "interval": self.interval, "train_traces": [r["trace_id"] for r in self.train_rows],
-                "heldout_traces": [r["trace_id"] for r in self.val_rows], "git_commit": git_commit(),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "config": asdict(cfg)}}
+                "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}}
 
     # -- reference (full cache), computed once per trace ----------------------------------------------------------
     def full_reference(self, row) -> tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,8 @@ from foresight.data import synthetic_problems
 from golden.pipeline import label_traces
 from golden.traces import generate_traces, load_traces
 from training.grpo import GRPOConfig, run_grpo
-from training.sl import SLConfig, run_sl
+from training.sl import run_sl
+from training.sl_config import SLConfig
 
 DEMO_POLICIES = ["full", "golden", "learned", "lazy", "h2o", "snapkv", "rkv", "tova", "streaming_llm", "random"]
 

@@ -1,0 +1,81 @@
+"""The scorer against the oracle: the pairwise ranking hinge loss that distillation minimises, and the ranking
+metrics its validation reports (DESIGN.md section 4).
+
+Shapes: keep scores and foresight values α are (L, ..., C), one row per (event, KV head) after the layer dim;
+``evicted`` masks are bool with the golden evict set of each row.
+"""
+
+from __future__ import annotations
+
+import torch
+from sklearn.metrics import roc_auc_score
+
+
+def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float = 0.01, max_pairs: int = 0,
+                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pairwise ranking hinge loss of keep scores against foresight values (DESIGN.md section 4).
+
+    Rows are the leading dims after the first (events x heads); the first dim is the layer. With targets
+    ``o = -alpha`` and eviction scores ``phi = -scores``, a row's loss is the mean over pairs ``(i, j)`` with
+    ``o_i > o_j`` (i.e. ``alpha_i < alpha_j``) of ``max(0, m - (phi_i - phi_j)) = max(0, m - (s_j - s_i))``.
+    Rows without any ordered pair are left out; the total is the mean over rows, summed over layers.
+
+    ``max_pairs > 0`` samples that many ``(i, j)`` index pairs per row uniformly (with replacement) instead of
+    using all ``C^2`` pairs: an unbiased estimate of each row's mean for large ``C``.
+
+    Returns
+    -------
+    (total, per_layer)
+        Scalar loss and the (L,) per-layer losses.
+    """
+    L, c = scores.shape[0], scores.shape[-1]
+    s = scores.reshape(L, -1, c)
+    a = alpha.reshape(L, -1, c).to(s.dtype)
+    if max_pairs and max_pairs < c * c:
+        gen_dev = "cpu"
+        i = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
+        j = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
+        pair = (a.gather(-1, i) < a.gather(-1, j)).to(s.dtype)
+        hinge = torch.relu(margin - (s.gather(-1, j) - s.gather(-1, i)))
+        num, den = (pair * hinge).sum(-1), pair.sum(-1)
+    else:
+        pair = (a[..., :, None] < a[..., None, :]).to(s.dtype)  # pair[i, j]: alpha_i < alpha_j
+        hinge = torch.relu(margin - (s[..., None, :] - s[..., :, None]))  # m - (s_j - s_i)
+        num, den = (pair * hinge).sum((-1, -2)), pair.sum((-1, -2))
+    has = den > 0
+    row = num / den.clamp(min=1)
+    per_layer = (row * has).sum(-1) / has.sum(-1).clamp(min=1)
+    return per_layer.sum(), per_layer
+
+
+def evict_overlap(scores: torch.Tensor, evicted: torch.Tensor) -> torch.Tensor:
+    """Per-row fraction of the golden evict set that the lowest keep scores would also evict.
+
+    ``scores`` (..., C) keep scores, ``evicted`` (..., C) bool golden evict mask with the same count per row.
+    """
+    k = evicted.sum(-1, keepdim=True)
+    kmax = int(k.max()) if k.numel() else 0
+    if kmax == 0:
+        return torch.zeros(scores.shape[:-1])
+    low = scores.float().topk(kmax, dim=-1, largest=False).indices
+    rank_ok = torch.arange(kmax, device=scores.device) < k  # rows with fewer evictions use their first k
+    hit = evicted.gather(-1, low) & rank_ok
+    return hit.sum(-1).float() / k.squeeze(-1).clamp(min=1).float()
+
+
+def ranking_metrics(scores: torch.Tensor, evicted: torch.Tensor, max_rows: int = 0, seed: int = 0) -> dict:
+    """Mean evict-set overlap and mean per-row ROC AUC (scikit-learn) of evicted-vs-kept over rows."""
+    c = scores.shape[-1]
+    s = scores.reshape(-1, c).float().cpu()
+    e = evicted.reshape(-1, c).cpu()
+    overlap = evict_overlap(s, e)
+    rows = torch.arange(s.shape[0])
+    if max_rows and s.shape[0] > max_rows:
+        rows = torch.randperm(s.shape[0], generator=torch.Generator().manual_seed(seed))[:max_rows]
+    aucs = []
+    for r in rows.tolist():
+        y = e[r].numpy()
+        if 0 < y.sum() < c:
+            aucs.append(roc_auc_score(y, -s[r].numpy()))
+    return {"overlap": float(overlap.mean()), "auc": float(sum(aucs) / len(aucs)) if aucs else float("nan"),
+            "rows": int(s.shape[0])}

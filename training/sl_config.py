@@ -1,0 +1,74 @@
+"""The settings of ``foresight train sl`` (keys of ``configs/sl.yaml``, documented there), validated on
+construction so that a typo fails before a model is loaded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+import golden  # noqa: F401  (registers the "golden" policy, a default of fidelity_policies)
+from foresight.features import check_feature_set
+from foresight.policies.registry import check_policy_names
+from training.loop import TrainerConfig
+
+
+@dataclass
+class SLConfig(TrainerConfig):
+    """Keys of ``configs/sl.yaml`` (documented there); validated on construction."""
+
+    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # traces/labels: by content, see SLTask
+        "traces", "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
+        "fidelity_policies", "fidelity_max_traces"}
+
+    out_dir: str = "runs/sl"
+    model: str = "smollm2-135m"
+    dtype: str | None = None
+    traces: str = ""
+    labels: Any = ""
+    budget: int = 128
+    interval: int = 32
+    max_traces: int = 0
+    heldout: float = 0.25
+    split_seed: int = 0
+    feature_set: list = field(default_factory=lambda: ["key", "value", "attn"])
+    hidden: int = 16
+    decay: float = 0.9
+    margin: float = 0.01
+    max_pairs: int = 0
+    feature_cache: str | None = None
+    feature_dtype: str = "float16"
+    replay_batch_size: int = 1
+    eval_max_rows: int = 4000
+    eval_fidelity: bool = True
+    fidelity_policies: list = field(default_factory=lambda: ["streaming_llm", "random", "h2o", "golden"])
+    fidelity_max_traces: int = 0
+    dagger_rounds: int = 0
+    dagger_beta: float = 0.5
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.traces or not self.labels:
+            raise ValueError("set `traces` (a `foresight trace` directory) and `labels` (a `foresight golden` "
+                             "directory)")
+        if not 0 < self.interval < self.budget:
+            raise ValueError(f"need 0 < interval < budget, got {self.interval}, {self.budget}")
+        h = float(self.heldout)
+        if not (0 < h < 1 or (h >= 1 and h == int(h))):
+            raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
+        self.feature_set = list(check_feature_set(self.feature_set))
+        if self.hidden < 1 or self.margin < 0 or self.max_pairs < 0 or self.replay_batch_size < 1:
+            raise ValueError("hidden and replay_batch_size must be >= 1, margin and max_pairs >= 0")
+        if self.feature_dtype not in ("float16", "bfloat16", "float32"):
+            raise ValueError(f"feature_dtype must be float16, bfloat16 or float32, got {self.feature_dtype}")
+        for key in ("max_traces", "fidelity_max_traces", "eval_max_rows"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0 (0 = all), got {getattr(self, key)}")
+        check_policy_names(self.fidelity_policies, "fidelity_policies")  # a typo fails now, not after training
+        if self.dagger_rounds < 0:
+            raise ValueError(f"dagger_rounds must be >= 0 (0 = no on-policy rounds), got {self.dagger_rounds}")
+        if not 0.0 <= self.dagger_beta <= 1.0:
+            raise ValueError(f"dagger_beta must be in [0, 1], got {self.dagger_beta}")
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.init]

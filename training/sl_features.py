@@ -1,0 +1,150 @@
+"""Distillation's data: the scorer's features and the oracle's targets at every event of the golden trajectory,
+cached on disk per trace (DESIGN.md section 4, stage 1).
+
+:func:`collect_events` replays traces teacher-forced (:func:`foresight.replay`, chunks of ``W``) with the
+``golden`` policy driving the evictions, so the cache evolves exactly as the oracle evicted, while a
+:class:`~foresight.policies.recorder.FeatureRecorder` runs the scorer's own
+:class:`~foresight.features.FeatureExtractor` (the one the ``learned`` policy uses) and records, at every event,
+the candidates' features (L, Hkv, C, D) and their targets from the labels: foresight values α and the golden
+evict set. The LLM is frozen.
+
+:class:`FeatureCache` keeps one safetensors file per trace under a key of everything that defines the features
+(model fingerprint, B, W, decay, dtype, format). It always holds every feature group (``FEATURE_GROUPS`` order);
+a configured feature set is a column selection of it (groups are computed independently), so feature-set sweeps
+reuse one extraction. With several ranks each rank extracts its share of the traces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from foresight.errors import ForesightError
+from foresight.features import FEATURE_GROUPS, FeatureExtractor
+from foresight.policies import make_policy
+from foresight.policies.recorder import FeatureRecorder
+from foresight.runtime import replay
+from training.distributed import barrier
+
+FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
+
+
+@dataclass
+class TraceEvents:
+    """Recorded events of one trace: features (E, L, Hkv, C, D), alpha, evicted mask, positions (E, L, Hkv, C)."""
+
+    trace_id: str
+    features: torch.Tensor
+    alpha: torch.Tensor
+    evicted: torch.Tensor
+    positions: torch.Tensor
+
+
+def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory, budget: int, interval: int,
+                   feature_dtype: torch.dtype = torch.float16, batch_size: int = 1) -> list[TraceEvents]:
+    """Replay ``sequences`` along their golden trajectories and record features + targets at every event.
+
+    ``labels`` maps trace id -> :class:`golden.labels.TraceLabels`; ``extractor_factory()`` returns a fresh
+    :class:`~foresight.features.FeatureExtractor`.
+    """
+    out = []
+    for s0 in range(0, len(sequences), batch_size):
+        seqs, ids = sequences[s0 : s0 + batch_size], list(trace_ids[s0 : s0 + batch_size])
+        rec: dict[tuple[int, int], dict[int, tuple]] = {}
+
+        def on_event(view, feats, ids=ids, rec=rec):
+            for b, tid in enumerate(ids):
+                events = labels[tid].events
+                if view.event >= len(events):
+                    continue
+                ev = events[view.event]
+                cand = ev.candidates[view.layer_idx]
+                pos = view.candidate_positions[b].cpu()
+                if cand.shape != pos.shape or not torch.equal(cand.to(pos.dtype), pos):
+                    raise ForesightError(f"trace {tid!r}: replayed cache does not match the golden labels at "
+                                         f"event {view.event}, layer {view.layer_idx}")
+                ev_mask = (cand[..., :, None] == ev.evicted[view.layer_idx][..., None, :]).any(-1)
+                rec.setdefault((b, view.event), {})[view.layer_idx] = (
+                    feats[b].detach().to("cpu", feature_dtype), ev.alpha[view.layer_idx].float(), ev_mask, pos.int()
+                )
+
+        golden = make_policy("golden", labels={t: labels[t] for t in ids})
+        policy = FeatureRecorder(extractor=extractor_factory(), driver=golden, on_event=on_event)
+        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
+        num_layers = model.config.num_hidden_layers
+        for b, tid in enumerate(ids):
+            keys = sorted(k for k in rec if k[0] == b)
+            if not keys:
+                continue
+            per_event = [[rec[k][layer] for layer in range(num_layers)] for k in keys]
+            stack = [torch.stack([torch.stack([ev[layer][i] for layer in range(num_layers)]) for ev in per_event])
+                     for i in range(4)]
+            out.append(TraceEvents(tid, *stack))
+    return out
+
+
+def save_events(path: Path, ev: TraceEvents) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file({"features": ev.features.contiguous(), "alpha": ev.alpha.contiguous(),
+               "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
+              str(tmp), metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id})
+    tmp.replace(path)
+
+
+def load_events(path: Path) -> TraceEvents:
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        t = {k: f.get_tensor(k) for k in f.keys()}
+    return TraceEvents(meta["trace_id"], t["features"], t["alpha"], t["evicted"].bool(), t["positions"])
+
+
+class FeatureCache:
+    """Per-trace event files of every feature group under ``root/<key>/`` (see the module docstring)."""
+
+    def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
+                 dtype: str):
+        self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
+        blob = json.dumps([fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT],
+                          sort_keys=True)
+        self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+    def file(self, trace_id: str) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", trace_id)
+        digest = hashlib.sha1(trace_id.encode()).hexdigest()[:8]
+        return self.dir / f"{safe}-{digest}.safetensors"
+
+    def extract(self, model, rows: list[dict], labels: dict, dist, batch_size: int = 1) -> None:
+        """Replay this rank's share of ``rows`` that have no file yet and save their events (collective)."""
+        todo = [r for r in rows[dist.rank :: dist.world_size] if not self.file(r["trace_id"]).exists()]
+        bar = tqdm(total=len(todo), desc="features", unit="trace", disable=not (dist.is_main and todo),
+                   dynamic_ncols=True)
+        for s0 in range(0, len(todo), batch_size):
+            part = todo[s0 : s0 + batch_size]
+            events = collect_events(
+                model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
+                lambda: FeatureExtractor(window=self.interval, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
+                self.budget, self.interval, getattr(torch, self.dtype), len(part))
+            for ev in events:
+                save_events(self.file(ev.trace_id), ev)
+            bar.update(len(part))
+        bar.close()
+        barrier()
+
+    def load(self, rows: list[dict], columns: torch.Tensor) -> dict | None:
+        """The events of ``rows`` (traces without events have no file) concatenated, features restricted to
+        ``columns``; None when there are none."""
+        evs = [load_events(self.file(r["trace_id"])) for r in rows if self.file(r["trace_id"]).exists()]
+        if not evs:
+            return None
+        out = {name: torch.cat([getattr(e, name) for e in evs]) for name in ("alpha", "evicted", "positions")}
+        out["features"] = torch.cat([e.features.index_select(-1, columns) for e in evs])
+        return out
