@@ -18,6 +18,10 @@ It works inside ``model.generate`` too (kvpress-style drop-in)::
 Building a cache for a model installs two forward hooks on it once (:mod:`foresight.forward_hooks`): they declare
 each forward's new tokens to the cache, cut an over-long prefill at the event points, route attention through
 :mod:`foresight.attention` and close the step, which fires the event when one is due.
+
+With gradients (``foresight.replay(..., grad=True)``, used by ``foresight train adapt``) the same cache serves
+the student's forward: eviction decisions and the policy's statistics stay under ``no_grad``, and the layers keep
+their entries out of place (:class:`BudgetedLayer`), so gradients flow through every kept key and value.
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ class BudgetedLayer(DynamicLayer):
     Entries live in preallocated buffers (capacity doubling, so a bounded cache stops allocating once warm);
     ``keys``/``values``/``positions``/``valid`` are views of their first ``n`` slots. A decode step writes one slot
     instead of concatenating four tensors, and eviction compacts the kept entries into the prefix.
+
+    **Gradients.** Writing into a buffer in place would overwrite tensors that autograd saved for the backward
+    pass. While gradients are recorded and the keys or values require them (a replay with ``grad=True``, e.g.
+    ``foresight train adapt``), the layer holds plain tensors instead and appends and gathers out of place
+    (``torch.cat`` / ``gather``), so gradients flow into every cached entry a later query attends to.
     """
 
     def __init__(self, **kwargs):
@@ -46,11 +55,24 @@ class BudgetedLayer(DynamicLayer):
         self.valid: torch.Tensor | None = None
         self._buffers: list[torch.Tensor] | None = None  # keys, values, positions, valid: capacity along dim 2
 
+    def _tracks_grad(self, *tensors) -> bool:
+        """True when autograd records and some of ``tensors`` (or the cached keys/values) require gradients."""
+        if not torch.is_grad_enabled():
+            return False
+        return any(t is not None and t.requires_grad for t in (*tensors, self.keys, self.values))
+
     def append(self, key_states, value_states, positions, valid):
         b, hkv, q = key_states.shape[:3]
         n = 0 if self.keys is None else self.keys.shape[-2]
         new = [key_states, value_states, positions[:, None, :].expand(-1, hkv, -1),
                valid[:, None, :].expand(-1, hkv, -1)]
+        if self._tracks_grad(key_states, value_states):  # out of place: autograd keeps what it saved
+            cur = (self.keys, self.values, self.positions, self.valid)
+            self.keys, self.values, self.positions, self.valid = (
+                t if c is None else torch.cat([c, t], dim=2) for c, t in zip(cur, new))
+            self._buffers = None
+            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
+            return self.keys, self.values
         if self._buffers is None or n + q > self._buffers[0].shape[2]:
             cap = max(n + q, 2 * n, 64)
             grown = [t.new_empty(t.shape[0], t.shape[1], cap, *t.shape[3:]) for t in new]
@@ -76,9 +98,18 @@ class BudgetedLayer(DynamicLayer):
             self.valid.gather(2, keep),
         ]
         k = keep.shape[-1]
+        if self._buffers is None or self._tracks_grad():
+            self.keys, self.values, self.positions, self.valid = kept
+            self._buffers = None
+            return
         for buf, t in zip(self._buffers, kept):
             buf[:, :, :k] = t
         self._expose(k)
+
+    def detach_(self) -> None:
+        """Cut the autograd history of the cached keys and values (truncated backpropagation)."""
+        if self.keys is not None and self._buffers is None:
+            self.keys, self.values = self.keys.detach(), self.values.detach()
 
     def reset(self) -> None:
         super().reset()
@@ -202,6 +233,12 @@ class BudgetedCache(Cache):
         if self.budget is not None and self.length >= self.target + self.interval:
             self._evict(self.target, min(self.interval, self.length - 1))
 
+    def detach_(self) -> None:
+        """Cut the autograd history of every cached key and value: gradients of later pieces then stop at this
+        point (truncated backpropagation through a replay with ``grad=True``)."""
+        for layer in self.layers:
+            layer.detach_()
+
     @property
     def length(self) -> int:
         """Entries held per (layer, KV head) now."""
@@ -215,34 +252,40 @@ class BudgetedCache(Cache):
         if n <= target or n_cand <= 0 or n_keep < 0:
             return
         for layer_idx, layer in enumerate(self.layers):
-            view = EvictView(
-                layer_idx=layer_idx,
-                keys=layer.keys,
-                values=layer.values,
-                positions=layer.positions,
-                valid=layer.valid,
-                num_candidates=n_cand,
-                num_keep=n_keep,
-                event=self.events,
-                step=self.step,
-            )
-            scores = self.policy.score(view).float()
-            scores = scores.masked_fill(~layer.valid[..., :n_cand], float("-inf"))
-            protected = layer.positions[..., :n_cand] < self.config.sinks
-            if self.protect_len is not None:
-                protected = protected | (layer.positions[..., :n_cand] < self.protect_len[:, None, None])
-            scores = scores.masked_fill(protected & layer.valid[..., :n_cand], float("inf"))
-            keep = self.policy.select(scores, n_keep, view)
-            keep = keep.sort(dim=-1).values
-            newest = torch.arange(n_cand, n, device=keep.device).expand(*keep.shape[:2], -1)
-            keep = torch.cat([keep, newest], dim=-1)
+            with torch.no_grad():  # decisions carry no gradient; only the kept entries' values do
+                keep = self._choose(layer_idx, layer, n, n_cand, n_keep)
             layer.gather(keep)
-            self.policy.on_evict(layer_idx, keep)
+            with torch.no_grad():
+                self.policy.on_evict(layer_idx, keep)
         self.events += 1
         self.evicted_entries += (n - target) * self.layers[0].keys.shape[0] * self.layers[0].keys.shape[1]
         self._shared_mask = None
         if self._has_padding:
             self._has_padding = not all(bool(layer.valid.all()) for layer in self.layers)
+
+    def _choose(self, layer_idx: int, layer: BudgetedLayer, n: int, n_cand: int, n_keep: int) -> torch.Tensor:
+        """Indices (batch, Hkv, n_keep + newest) of the entries ``layer`` keeps, in cache order."""
+        view = EvictView(
+            layer_idx=layer_idx,
+            keys=layer.keys,
+            values=layer.values,
+            positions=layer.positions,
+            valid=layer.valid,
+            num_candidates=n_cand,
+            num_keep=n_keep,
+            event=self.events,
+            step=self.step,
+        )
+        scores = self.policy.score(view).float()
+        scores = scores.masked_fill(~layer.valid[..., :n_cand], float("-inf"))
+        protected = layer.positions[..., :n_cand] < self.config.sinks
+        if self.protect_len is not None:
+            protected = protected | (layer.positions[..., :n_cand] < self.protect_len[:, None, None])
+        scores = scores.masked_fill(protected & layer.valid[..., :n_cand], float("inf"))
+        keep = self.policy.select(scores, n_keep, view)
+        keep = keep.sort(dim=-1).values
+        newest = torch.arange(n_cand, n, device=keep.device).expand(*keep.shape[:2], -1)
+        return torch.cat([keep, newest], dim=-1)
 
     # -- called by transformers' attention modules ----------------------------------------------------------------
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
@@ -272,6 +315,10 @@ class BudgetedCache(Cache):
         """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA."""
         if not getattr(self.policy, "observes", False):
             return
+        with torch.no_grad():  # policies keep statistics, never a graph (a replay with gradients stays lean)
+            self._observe(layer_idx, query, keys, values, mask, scaling)
+
+    def _observe(self, layer_idx: int, query, keys, values, mask, scaling) -> None:
         layer = self.layers[layer_idx]
         q, n = query.shape[2], keys.shape[2]
         if mask is None and q > 1:

@@ -12,6 +12,7 @@ Both drive a :class:`~foresight.cache.BudgetedCache`, which owns the eviction ru
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -279,7 +280,16 @@ class ReplayResult:
 LogitsHook = Callable[[int, int, torch.Tensor], None]
 
 
-@torch.inference_mode()
+def _autograd(grad: bool):
+    """Inference mode, or (``grad``) autograd on even under a caller's ``no_grad`` / ``inference_mode``."""
+    if not grad:
+        return torch.inference_mode()
+    stack = ExitStack()
+    stack.enter_context(torch.inference_mode(False))
+    stack.enter_context(torch.enable_grad())
+    return stack
+
+
 def replay(
     model,
     sequences: torch.Tensor | Sequence[Sequence[int]],
@@ -292,6 +302,8 @@ def replay(
     progress: bool = False,
     policy_kwargs: dict | None = None,
     pad_token_id: int = 0,
+    grad: bool = False,
+    truncate_backprop: bool = False,
     **meta,
 ) -> ReplayResult:
     """Teacher-forced replay of fixed token sequences under an eviction policy.
@@ -308,6 +320,13 @@ def replay(
     on_logits
         Optional hook ``f(start, end, logits)`` called with each piece's fp32 logits (batch, end-start, V), for
         metrics that need whole distributions (KL, top-1 agreement).
+    grad
+        Record gradients (default: inference mode): ``on_logits`` then receives logits with their graph, through
+        the same schedule, cache and policy (eviction decisions stay without gradient; the cache keeps its entries
+        out of place, see :class:`~foresight.cache.BudgetedLayer`). Used to train a model under its own eviction
+        (``foresight train adapt``). ``ce``/``entropy`` are detached.
+    truncate_backprop
+        With ``grad``: detach the cached keys/values after every piece, so gradients flow within a piece only.
     meta
         Passed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
@@ -330,21 +349,30 @@ def replay(
     ent = torch.full_like(ce, float("nan"))
     pieces = cache.pieces(n, chunk)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
-    for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
-        logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end]).float()
-        if on_logits is not None:
-            on_logits(start, end, logits)
-        stop = min(end, n - 1)
-        if stop > start:
-            lp = torch.log_softmax(logits[:, : stop - start], dim=-1)
-            target = ids[:, start + 1 : stop + 1]
-            ce[:, start:stop] = -lp.gather(-1, target[..., None]).squeeze(-1).cpu()
-            ent[:, start:stop] = -(lp.exp() * lp).sum(-1).cpu()
+    with _autograd(grad):
+        for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
+            logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end]).float()
+            if on_logits is not None:
+                on_logits(start, end, logits)
+            if truncate_backprop:
+                cache.detach_()
+            _record_ce(ce, ent, ids, logits.detach(), start, min(end, n - 1))
     for b, length in enumerate(lengths):
         ce[b, max(length - 1, 0) :] = float("nan")
         ent[b, max(length - 1, 0) :] = float("nan")
     stats = {**cache.stats(), "policy": policy.name}
     return ReplayResult(ce, ent, lengths, stats)
+
+
+def _record_ce(ce: torch.Tensor, ent: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor, start: int,
+               stop: int) -> None:
+    """Write the CE and entropy of positions ``start .. stop-1`` of one piece's logits into ``ce`` / ``ent``."""
+    if stop <= start:
+        return
+    lp = torch.log_softmax(logits[:, : stop - start], dim=-1)
+    target = ids[:, start + 1 : stop + 1]
+    ce[:, start:stop] = -lp.gather(-1, target[..., None]).squeeze(-1).cpu()
+    ent[:, start:stop] = -(lp.exp() * lp).sum(-1).cpu()
 
 
 def full_forward_ce(model, ids: torch.Tensor) -> torch.Tensor:
