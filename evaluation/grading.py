@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+from math_verify import parse, verify
+
 _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 
 
@@ -56,15 +58,11 @@ def extract_boxed(text: str | None) -> str | None:
 
 
 def _parse(expr: str):
-    from math_verify import parse
-
     return parse(f"${expr}$", parsing_timeout=5)
 
 
 def is_equivalent(prediction: str | None, gold: str) -> bool:
     """True when ``prediction`` is mathematically equal to ``gold`` under Math-Verify (None is wrong)."""
-    from math_verify import verify
-
     if prediction is None or not str(gold).strip():
         return False
     gold_parsed = _parse(str(gold))

@@ -13,6 +13,7 @@ from foresight.config import ConfigError, parse_scalar, read_yaml_mapping
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
+from golden.labels import LabelMismatchError, check_labels_match, load_labels
 
 
 def parse_policies(spec: str) -> list[str]:
@@ -106,8 +107,6 @@ def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict]:
 
     Raises :class:`golden.labels.LabelMismatchError` naming both settings when ``root`` holds no labels for
     them (a golden row silently missing from a table reads as "golden was not run", not "wrong labels")."""
-    from golden.labels import LabelMismatchError, load_labels
-
     sets = golden_label_sets(root)
     cache: dict[Path, dict] = {}
 
@@ -168,8 +167,6 @@ def make_factory(
                 raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
             labels = labels_for(budget)  # raises when there are none for this (B, W)
             if model is not None:
-                from golden.labels import check_labels_match
-
                 check_labels_match(labels, model, budget, interval)
             return make_policy("golden", labels=labels, **extra)
         return make_policy(name, **extra)

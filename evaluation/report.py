@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Sequence
+
+import matplotlib
+from matplotlib.figure import Figure
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -66,16 +70,12 @@ _HIGHLIGHT = {"full": dict(color="black", ls=":", lw=1.2), "golden": dict(color=
 
 
 def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Loss ratio vs budget") -> Path:
-    """PNG of loss ratio against budget, one line per policy (matplotlib, Agg backend).
+    """PNG of loss ratio against budget, one line per policy (matplotlib's object API: no pyplot, so no
+    backend is chosen or changed for the caller).
 
     Learned scorers are drawn thick, the oracle dashed, the full cache dotted; the legend (outside the axes)
     lists policies best first at the smallest budget, so it reads like the table.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     path = Path(path)
     series = {}
     for policy in {r["policy"] for r in records}:
@@ -84,8 +84,9 @@ def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Los
         if pts:
             series[policy] = pts
     order = sorted(series, key=lambda p: (series[p][0][1], p))
-    palette = plt.get_cmap("tab20").colors
-    fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
+    palette = matplotlib.colormaps["tab20"].colors
+    fig = Figure(figsize=(7.6, 4.2), dpi=120)
+    ax = fig.subplots()
     k = learned = 0
     for policy in order:
         style = _HIGHLIGHT.get(policy)
@@ -105,7 +106,6 @@ def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Los
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
     return path
 
 
@@ -118,8 +118,6 @@ def write_fidelity_outputs(records: Sequence[dict], out_dir: str | Path, notes: 
 
     Returns the markdown page. Shared by ``foresight eval fidelity`` and the demo.
     """
-    import json
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "fidelity.json").write_text(json.dumps(list(records), indent=2) + "\n")

@@ -28,6 +28,9 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
 
+import torch
+import yaml
+
 from foresight.adapters import read_adapter_config
 from foresight.errors import ForesightError
 
@@ -149,8 +152,6 @@ def check_keys(data, known: Iterable[str], what: str) -> dict:
 
 def parse_scalar(text: str):
     """A ``key=value`` value as a YAML scalar (numbers, booleans, null, strings, ``[a, b]`` lists)."""
-    import yaml
-
     try:
         parsed = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -185,8 +186,6 @@ def read_text(path: str | Path, what: str) -> str:
 
 def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
     """The mapping in a YAML file (empty file: ``{}``); syntax errors name the file and line."""
-    import yaml
-
     text = read_text(path, what)
     try:
         data = yaml.safe_load(text)
@@ -220,7 +219,6 @@ def check_device(device: str | None, key: str = "device") -> str | None:
     """A device string torch understands and this machine has; None (the default device) passes."""
     if device is None:
         return None
-    import torch
 
     if not isinstance(device, str) or not device.strip():
         raise ConfigError(f"{key}: expected a device name such as cpu, cuda or cuda:1, got {device!r}")

@@ -138,7 +138,7 @@ def synthetic_problems(n: int = 64, seed: int = 0) -> list[Problem]:
 
 def _from_hf(name: str, split: str | None) -> list[Problem]:
     try:
-        import datasets
+        import datasets  # lazy, as in golden.traces (which imports this module): `foresight --help` stays fast
 
         ds = datasets.load_dataset(name, split=split or "test")
     except Exception as exc:  # no network, unknown name, missing split

@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
@@ -185,8 +187,6 @@ class Scorer(nn.Module):
     # -- persistence ------------------------------------------------------------------------------------------
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
-        from safetensors.torch import save_file
-
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2, default=str))
@@ -202,9 +202,6 @@ class Scorer(nn.Module):
         weight raises :class:`ForesightError` naming the file and the tensor (such a scorer ranks at random
         while looking healthy).
         """
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         directory = Path(directory)
         if not (directory / CONFIG_NAME).is_file() or not (directory / WEIGHTS_NAME).is_file():
             raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME})")

@@ -32,8 +32,13 @@ from pathlib import Path
 from typing import Iterable, Mapping
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from foresight.errors import ForesightError
+from foresight.fingerprint import check_same_model
+from foresight.models import model_fingerprint
+from golden.sharding import check_shard, read_plan, shard_path
 
 FORMAT = "foresight-golden-labels/3"
 #: Readable formats without the per-position foresight values (DAgger refuses them, nothing else needs them).
@@ -87,8 +92,6 @@ class TraceLabels:
     def load_foresight(self) -> torch.Tensor:
         """The packed foresight values (read from ``foresight_file`` on first use)."""
         if self.foresight is None and self.foresight_file:
-            from safetensors import SafetensorError, safe_open
-
             try:
                 with safe_open(self.foresight_file, framework="pt") as f:
                     self.foresight = f.get_tensor(f"{self.trace_id}/foresight")
@@ -141,8 +144,6 @@ def _stack(label: TraceLabels) -> dict[str, torch.Tensor]:
 
 def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
     """Write labels (same fingerprint, B and W) to one safetensors file; returns ``path``."""
-    from safetensors.torch import save_file
-
     labels = list(labels)
     if not labels:
         raise ValueError("no labels to save")
@@ -170,8 +171,6 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
 def read_label_file(path: str | Path) -> dict[str, TraceLabels]:
     """Read one safetensors label file into ``{trace_id: TraceLabels}`` (file order); a truncated or damaged
     file raises :class:`ForesightError` naming it."""
-    from safetensors import SafetensorError
-
     try:
         return _read_label_file(path)
     except ForesightError:
@@ -182,8 +181,6 @@ def read_label_file(path: str | Path) -> dict[str, TraceLabels]:
 
 
 def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
-    from safetensors import safe_open
-
     out = {}
     with safe_open(str(path), framework="pt") as f:
         meta = f.metadata() or {}
@@ -214,8 +211,6 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
 
 def load_labels(path: str | Path) -> dict[str, TraceLabels]:
     """Load golden labels: a ``foresight golden`` output directory (finished shards, plan order) or one file."""
-    from golden.sharding import check_shard, read_plan, shard_path
-
     path = Path(path)
     if path.is_file():
         return read_label_file(path)
@@ -237,9 +232,6 @@ def check_labels_match(
     labels: TraceLabels | Mapping[str, TraceLabels] | Iterable[TraceLabels], model, budget: int, interval: int
 ) -> None:
     """Raise :class:`LabelMismatchError` unless every label was made for ``model`` at this B and W."""
-    from foresight.fingerprint import check_same_model
-    from foresight.models import model_fingerprint
-
     fp = model if isinstance(model, dict) else model_fingerprint(model)
     for lab in _as_list(labels):
         check_same_model(lab.fingerprint, fp, f"golden labels {lab.source or '(in memory)'} of trace "

@@ -25,6 +25,7 @@ from typing import ClassVar, Sequence
 
 import torch
 
+from foresight.models import model_fingerprint
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay, replay_schedule
 from golden.labels import EventLabel, TraceLabels, token_hash
@@ -182,8 +183,6 @@ def label_trace(
 ) -> TraceLabels:
     """Golden labels of one trace at budget B and interval W (events fire exactly where replay's do), with the
     foresight values of every position at every event (:func:`event_foresight`)."""
-    from foresight.models import model_fingerprint
-
     abar, pieces = block_attention(model, input_ids, budget, interval, chunk)
     events = greedy_schedule(abar, pieces, budget, interval, inplace=True)  # abar now holds its suffix maxima
     return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids),

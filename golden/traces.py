@@ -19,11 +19,13 @@ from typing import Sequence
 
 from tqdm.auto import tqdm
 
+# `datasets` (about a second to import) is imported inside the functions that use it: `foresight --help` loads
+# this module (the train command lists the trainers, and GRPO imports load_traces).
 from foresight.data import Problem
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
-from foresight.runtime import eos_token_ids
 from foresight.prompts import build_prompt, load_template
+from foresight.runtime import eos_token_ids, generate
 from golden.sharding import (
     SHARDS_DIR,
     atomic_output,
@@ -52,7 +54,7 @@ def trace_seed(seed: int, problem_id: str, sample: int) -> int:
 
 
 def _features():
-    import datasets
+    import datasets  # lazy, see the note at the imports
 
     return datasets.Features(
         {
@@ -109,8 +111,6 @@ def generate_traces(
     Path
         ``out_dir``; read it with :func:`load_traces`.
     """
-    from foresight.runtime import generate
-
     check_sampling(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                    top_k=top_k, batch_size=batch_size)
     ids = [p.id for p in problems]
@@ -201,7 +201,7 @@ def check_sampling(*, samples: int, max_new_tokens: int, temperature: float, top
 
 
 def _write_shard(out: Path, name: str, rows: dict) -> None:
-    import datasets
+    import datasets  # lazy, see the note at the imports
 
     ds = datasets.Dataset.from_dict(rows, features=_features())
     was_enabled = datasets.is_progress_bar_enabled()
@@ -224,7 +224,7 @@ def trace_progress(path: str | Path) -> tuple[int, int]:
 
 
 def _load_shard(path: Path):
-    import datasets
+    import datasets  # lazy, see the note at the imports
 
     try:
         return datasets.load_from_disk(str(path))
@@ -239,7 +239,7 @@ def load_traces(path: str | Path):
     ``path`` is a directory written by :func:`generate_traces` (``foresight trace``), or any dataset saved
     with ``Dataset.save_to_disk`` that has the trace columns.
     """
-    import datasets
+    import datasets  # lazy, see the note at the imports
 
     path = Path(path)
     if not path.exists():

@@ -48,8 +48,13 @@ import torch
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
+from foresight.features import FEATURE_GROUPS, FeatureExtractor
+from foresight.scorer import Scorer
 from training import checkpoint as ckpt
 from training.digests import digest
+from training.distributed import barrier, init_distributed, load_ds_config
+from training.logging import MetricsLogger
+from training.loop import resume_settings, train
 from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
 from training.settings_check import check_settings, plain
 
@@ -95,10 +100,6 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _record_round(task, cfg, dist, r: int, beta: float) -> None:
     """Rows of round ``r`` for every training trace (each rank its share; existing files are kept)."""
-    from foresight.features import FEATURE_GROUPS, FeatureExtractor
-    from foresight.scorer import Scorer
-    from training.distributed import barrier
-
     scorer = Scorer.from_pretrained(round_dir(cfg.out_dir, r - 1) / "scorer").eval()
     todo = [row for row in task.train_rows[dist.rank :: dist.world_size]
             if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
@@ -162,10 +163,6 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
     ``cfg`` is the :class:`~training.sl.SLConfig`; ``make_task(dist, cfg)`` builds the
     :class:`~training.sl.SLTask` (round 0's data, split, labels, frozen model; ``init_scorer()`` builds a fresh
     scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so this module sits below it."""
-    from training.distributed import barrier, init_distributed, load_ds_config
-    from training.logging import MetricsLogger
-    from training.loop import resume_settings
-
     dist = init_distributed(cfg.device)
     out = Path(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
@@ -214,10 +211,6 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
 def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> dict:
     """Round ``r``: record its rows (r ≥ 1), retrain a fresh scorer on the aggregate (resuming the round's newest
     checkpoint if there is one); once finished, save its scorer, log its record, then mark it finished."""
-    from training.distributed import barrier
-    from training.logging import MetricsLogger
-    from training.loop import train
-
     beta = cfg.dagger_beta**r
     if r > 0:
         _record_round(task, cfg, dist, r, beta)
@@ -241,8 +234,6 @@ def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> di
 
 def _stop(out: Path, dist, logger, r: int, used: int, done: list) -> dict:
     """A time-sliced invocation ends (``max_steps_per_run``); ``--resume`` continues at round ``r``."""
-    from training.distributed import barrier
-
     result = {"finished": False, "round": r, "steps_this_run": used, "rounds": [d["record"] for d in done if d]}
     if dist.is_main:
         _write_json(out / "summary.json", result)

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from foresight.errors import ForesightError
+from foresight.models import cache_dir
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,6 @@ def _free_port() -> int:
 
 def _prepare_env(device: str | None) -> str:
     """Set the environment DeepSpeed reads; return the process-group backend to use."""
-    from foresight.models import cache_dir
-
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir() / "torch_extensions"))
     want_cpu = (device or "").startswith("cpu") or not torch.cuda.is_available()
     if want_cpu:
@@ -67,8 +67,7 @@ def _prepare_env(device: str | None) -> str:
 def init_distributed(device: str | None = None) -> DistInfo:
     """Initialise the process group through DeepSpeed (idempotent) and pick this rank's device."""
     backend = _prepare_env(device)
-    import deepspeed
-    import torch.distributed as dist
+    import deepspeed  # optional (the `train` extra): only training needs it, and it is slow to import
 
     if not dist.is_initialized():
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
@@ -106,7 +105,7 @@ def load_ds_config(path: str | Path, *, micro_batch: int, grad_clip: float, worl
 
 def build_engine(module: torch.nn.Module, optimizer, scheduler, ds_config: dict):
     """``deepspeed.initialize`` with our optimizer and LR scheduler; returns the engine."""
-    import deepspeed
+    import deepspeed  # optional (the `train` extra), see init_distributed
 
     engine, _, _, _ = deepspeed.initialize(
         model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config
@@ -116,8 +115,6 @@ def build_engine(module: torch.nn.Module, optimizer, scheduler, ds_config: dict)
 
 def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
     """All-reduce a tensor across ranks (no-op without a process group)."""
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
         dist.all_reduce(value, op=ops[op])
@@ -125,8 +122,6 @@ def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
 
 
 def barrier() -> None:
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         dist.barrier()
 

@@ -104,7 +104,7 @@ def _plain(v):
 
 def _start_wandb(project: str, run_name: str | None, config: dict, out_dir: Path):
     try:
-        import wandb
+        import wandb  # optional (the `train` extra): only report_to=wandb needs it
     except ImportError:
         print("[foresight] report_to=wandb but wandb is not installed; logging to metrics.jsonl only", file=sys.stderr)
         return None

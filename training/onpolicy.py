@@ -18,9 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
+from foresight.runtime import replay
 
 ROWS_FORMAT = "foresight-dagger-rows/1"
 
@@ -38,8 +41,6 @@ class Rows:
 
 def save_rows(path: Path, rows: Rows) -> None:
     """Write atomically (temp file + rename), so a killed run never leaves a torn rows file."""
-    from safetensors.torch import save_file
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     save_file({"features": rows.features.contiguous(), "alpha": rows.alpha.contiguous(),
@@ -49,8 +50,6 @@ def save_rows(path: Path, rows: Rows) -> None:
 
 
 def load_rows(path: Path) -> Rows:
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="pt") as f:
             meta = f.metadata() or {}
@@ -154,8 +153,6 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
     (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one :class:`Rows` per trace with
     events). ``labels`` maps trace id -> :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means
     the oracle acts at every event; ``extractor_factory()`` returns a fresh full-feature-set extractor."""
-    from foresight.runtime import replay
-
     num_layers = model.config.num_hidden_layers
     out = []
     for s0 in range(0, len(sequences), batch_size):

@@ -6,8 +6,12 @@ imports every module of the package, so adding a trainer needs no edit elsewhere
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable
+
+import training
 
 TRAINERS: dict[str, "TrainerSpec"] = {}
 
@@ -36,11 +40,6 @@ def register_trainer(name: str, config_cls: type, help: str = ""):
 
 def load_trainers() -> dict[str, TrainerSpec]:
     """Import every module of :mod:`training` (they register themselves) and return the registry."""
-    import importlib
-    import pkgutil
-
-    import training
-
     for mod in pkgutil.iter_modules(training.__path__):
         if not mod.name.startswith("_"):
             importlib.import_module(f"training.{mod.name}")
