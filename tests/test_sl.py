@@ -52,6 +52,40 @@ def test_pairwise_hinge_matches_double_loop(seed):
     assert per_layer.shape == (3,)
 
 
+def _naive_gap_hinge(scores, alpha, m):
+    """Each ordered pair weighted by alpha_j - alpha_i; a row's loss is the weighted mean."""
+    total = 0.0
+    for layer in range(scores.shape[0]):
+        s, a = scores[layer].reshape(-1, scores.shape[-1]), alpha[layer].reshape(-1, alpha.shape[-1])
+        rows = []
+        for r in range(s.shape[0]):
+            num = den = 0.0
+            for i, j in itertools.product(range(s.shape[1]), repeat=2):
+                w = a[r, j].item() - a[r, i].item()
+                if w > 0:
+                    num += w * max(0.0, m - (s[r, j].item() - s[r, i].item()))
+                    den += w
+            if den > 0:
+                rows.append(num / den)
+        total += sum(rows) / len(rows) if rows else 0.0
+    return total
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gap_weighted_hinge_matches_double_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, 3, 6, generator=g) * 0.02
+    alpha = torch.rand(2, 3, 6, generator=g) ** 3
+    alpha[0, 1] = 0.5  # a row of ties has no ordered pair
+    total, _ = pairwise_hinge_loss(scores, alpha, margin=0.01, pair_weight="gap")
+    assert total.item() == pytest.approx(_naive_gap_hinge(scores, alpha, 0.01), rel=1e-5, abs=1e-7)
+    # the weighting changes the loss: one swapped pair of large gap now dominates a row
+    uniform, _ = pairwise_hinge_loss(scores, alpha, margin=0.01)
+    assert abs(total.item() - uniform.item()) > 1e-4
+    with pytest.raises(ValueError, match="pair_weight"):
+        pairwise_hinge_loss(scores, alpha, pair_weight="lambda")
+
+
 def test_sampled_pairs_estimate_the_full_loss():
     g = torch.Generator().manual_seed(0)
     scores, alpha = torch.randn(2, 6, 10, generator=g), torch.rand(2, 6, 10, generator=g)

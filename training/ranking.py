@@ -11,8 +11,14 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 
+#: Pair weightings of :func:`pairwise_hinge_loss`: ``uniform`` (DESIGN.md: every ordered pair counts once) and
+#: ``gap`` (a pair counts by how much attention a mis-ordering loses, ``alpha_j - alpha_i``, LambdaRank-style).
+PAIR_WEIGHTS = ("uniform", "gap")
+
+
 def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float = 0.01, max_pairs: int = 0,
-                        generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                        generator: torch.Generator | None = None,
+                        pair_weight: str = "uniform") -> tuple[torch.Tensor, torch.Tensor]:
     """Pairwise ranking hinge loss of keep scores against foresight values (DESIGN.md section 4).
 
     Rows are the leading dims after the first (events x heads); the first dim is the layer. With targets
@@ -23,11 +29,18 @@ def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float
     ``max_pairs > 0`` samples that many ``(i, j)`` index pairs per row uniformly (with replacement) instead of
     using all ``C^2`` pairs: an unbiased estimate of each row's mean for large ``C``.
 
+    ``pair_weight="gap"`` weights each ordered pair by ``alpha_j - alpha_i`` (a row's loss is then the weighted
+    mean): evicting ``j`` instead of ``i`` loses that much future attention, so pairs of two negligible entries
+    (most pairs: α spans orders of magnitude) no longer outweigh the few that decide what an eviction costs
+    (Burges, "From RankNet to LambdaRank to LambdaMART", 2010, weights pairs by the metric change likewise).
+
     Returns
     -------
     (total, per_layer)
         Scalar loss and the (L,) per-layer losses.
     """
+    if pair_weight not in PAIR_WEIGHTS:
+        raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {pair_weight!r}")
     L, c = scores.shape[0], scores.shape[-1]
     s = scores.reshape(L, -1, c)
     a = alpha.reshape(L, -1, c).to(s.dtype)
@@ -35,11 +48,13 @@ def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float
         gen_dev = "cpu"
         i = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
         j = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
-        pair = (a.gather(-1, i) < a.gather(-1, j)).to(s.dtype)
+        ai, aj = a.gather(-1, i), a.gather(-1, j)
+        pair = (aj - ai).clamp(min=0) if pair_weight == "gap" else (ai < aj).to(s.dtype)
         hinge = torch.relu(margin - (s.gather(-1, j) - s.gather(-1, i)))
         num, den = (pair * hinge).sum(-1), pair.sum(-1)
     else:
-        pair = (a[..., :, None] < a[..., None, :]).to(s.dtype)  # pair[i, j]: alpha_i < alpha_j
+        diff = a[..., None, :] - a[..., :, None]  # diff[i, j] = alpha_j - alpha_i
+        pair = diff.clamp(min=0) if pair_weight == "gap" else (diff > 0).to(s.dtype)  # pair[i, j]: alpha_i < alpha_j
         hinge = torch.relu(margin - (s[..., None, :] - s[..., :, None]))  # m - (s_j - s_i)
         num, den = (pair * hinge).sum((-1, -2)), pair.sum((-1, -2))
     has = den > 0

@@ -137,7 +137,8 @@ class SLTask:
         alpha = self.train["alpha"][idx].to(self.dist.device).transpose(0, 1)
         scores = model(x)
         gen = torch.Generator().manual_seed(self.cfg.seed * 7919 + step * 104729 + self.dist.rank)
-        total, _ = pairwise_hinge_loss(scores, alpha, self.cfg.margin, self.cfg.max_pairs, gen)
+        total, _ = pairwise_hinge_loss(scores, alpha, self.cfg.margin, self.cfg.max_pairs, gen,
+                                       self.cfg.pair_weight)
         return total, {}
 
     @torch.no_grad()

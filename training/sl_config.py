@@ -10,6 +10,7 @@ import golden  # noqa: F401  (registers the "golden" policy, a default of fideli
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
 from training.loop import TrainerConfig
+from training.ranking import PAIR_WEIGHTS
 
 
 @dataclass
@@ -35,6 +36,7 @@ class SLConfig(TrainerConfig):
     decay: float = 0.9
     margin: float = 0.01
     max_pairs: int = 0
+    pair_weight: str = "uniform"
     feature_cache: str | None = None
     feature_dtype: str = "float16"
     replay_batch_size: int = 1
@@ -56,6 +58,8 @@ class SLConfig(TrainerConfig):
         if not (0 < h < 1 or (h >= 1 and h == int(h))):
             raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
         self.feature_set = list(check_feature_set(self.feature_set))
+        if self.pair_weight not in PAIR_WEIGHTS:
+            raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {self.pair_weight!r}")
         if self.hidden < 1 or self.margin < 0 or self.max_pairs < 0 or self.replay_batch_size < 1:
             raise ValueError("hidden and replay_batch_size must be >= 1, margin and max_pairs >= 0")
         if self.feature_dtype not in ("float16", "bfloat16", "float32"):
