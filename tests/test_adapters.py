@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,29 @@ def test_traces_of_an_adapted_model_are_refused_by_the_base_model(adapter, tmp_p
                "--budget", "16", "--interval", "4", "--no-progress", "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc == 2 and "adapter: LORA r=4" in err and "vs none" in err
+
+
+def test_trainers_take_the_adapter_key_and_refuse_artefacts_of_the_base_model(adapter, tmp_path):
+    from foresight.errors import ForesightError
+    from foresight.scorer import Scorer, ScorerConfig
+    from tests.conftest import save_random_traces
+    from training.distributed import DistInfo
+    from training.grpo import GRPOConfig, GRPOTask
+    from training.loop import resume_settings, task_model
+    from training.sl_config import SLConfig
+
+    ds = str(Path(__file__).resolve().parents[1] / "configs" / "deepspeed" / "zero0.json")
+    base, _ = get_model("tiny-llama")
+    save_random_traces(base, tmp_path / "traces", [40, 44, 48])
+    Scorer(ScorerConfig(foresight.model_fingerprint(base), budget=16, interval=4, hidden=4)).save_pretrained(
+        tmp_path / "scorer")
+    keys = dict(model="tiny-llama", adapter=str(adapter), traces=str(tmp_path / "traces"), device="cpu", deepspeed=ds)
+    assert SLConfig.from_dict({**keys, "labels": "l"}).adapter == str(adapter)
+    cfg = GRPOConfig.from_dict({**keys, "init_scorer": str(tmp_path / "scorer")})
+    dist = DistInfo(0, 1, 0, torch.device("cpu"))
+    model = task_model(cfg, dist)
+    assert foresight.model_fingerprint(model)["adapter"]["sha256"]
+    settings = resume_settings(cfg, 1, {})  # the adapter is part of the run by content, not by path
+    assert "adapter" in settings and settings["adapter"] != str(adapter)
+    with pytest.raises(ForesightError, match=r"adapter: none vs LORA r=4"):  # the SL scorer was made without it
+        GRPOTask(cfg, dist, model=model)

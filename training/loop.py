@@ -27,9 +27,11 @@ from typing import Any, Callable, ClassVar, Protocol
 import torch
 from tqdm.auto import tqdm
 
-from foresight.config import check_device, check_fields, check_keys, read_json
+from foresight import load_model
+from foresight.adapters import ADAPTER_WEIGHTS
+from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
 from training import checkpoint as ckpt
-from training.digests import digest
+from training.digests import digest, digest_files
 from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
 from training.logging import REPORTERS, MetricsLogger
 from training.settings_check import check_settings
@@ -43,7 +45,8 @@ class TrainerConfig:
     #: the checkpoint's; path keys whose *content* matters are replaced by the task's ``resume_identity()``).
     RUN_CONTROL: ClassVar[frozenset] = frozenset({
         "out_dir", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every", "deepspeed", "report_to",
-        "wandb_project", "run_name", "device", "max_steps_per_run"})
+        "wandb_project", "run_name", "device", "max_steps_per_run",
+        "adapter"})  # by content: resume_settings records its weights' digest
 
     out_dir: str = "runs/train"
     steps: int = 200
@@ -64,6 +67,9 @@ class TrainerConfig:
     run_name: str | None = None
     device: str | None = None
     max_steps_per_run: int = 0
+    #: PEFT adapter directory loaded (merged) on top of the trainer's ``model`` (DESIGN.md section 4b); the model's
+    #: fingerprint then records it, so traces, labels and scorers made without it are refused.
+    adapter: str | None = None
 
     def __post_init__(self):
         check_fields(self)  # types first: every later check may compare numbers
@@ -83,6 +89,7 @@ class TrainerConfig:
         if self.report_to not in REPORTERS:
             raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
         check_device(self.device, "device")
+        check_adapter(self.adapter, "adapter")
         if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
             raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
         read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
@@ -119,6 +126,8 @@ def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=N
     out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
     out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
                deepspeed=digest([json.dumps(ds_config, sort_keys=True)]))
+    if cfg.adapter:  # only when set, so the settings of runs without one are what they always were
+        out["adapter"] = digest_files([Path(cfg.adapter) / ADAPTER_WEIGHTS])
     if task is not None and hasattr(task, "resume_identity"):
         out.update(task.resume_identity())
     return out
@@ -166,6 +175,9 @@ class Task(Protocol):
 
     def evaluate(self, step: int, final: bool) -> dict:
         """Validation metrics (called on every rank; return {} where a rank has nothing to report)."""
+
+    # Optional: ``artefact`` (the name of what the run leaves in out_dir, default "scorer") and
+    # ``save_artefact(path)`` (default: ``module.save_pretrained(path)``), see :func:`save_artefact`.
 
 
 def _grads_finite(module: torch.nn.Module) -> bool:
@@ -254,7 +266,7 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
         return {"steps": stop, "skipped": skipped, "start": start, "train": last_metrics, "eval": {},
                 "finished": False}
     if dist.is_main:  # the trained scorer is written before the final evaluation, which may be long or fail
-        module.save_pretrained(out_dir / "scorer")
+        save_artefact(task, out_dir)
     engine.eval()
     final = task.evaluate(cfg.steps, final=True)
     if final:
@@ -265,14 +277,27 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
             "finished": True}
 
 
+def artefact_name(task) -> str:
+    """What a task's run leaves in ``out_dir``: ``scorer`` (SL, GRPO) or the task's ``artefact`` (``adapter``)."""
+    return getattr(task, "artefact", "scorer")
+
+
+def save_artefact(task, out_dir: Path) -> Path:
+    """Write the trained artefact to ``out_dir/<artefact_name>``: ``task.save_artefact(path)`` when the task has
+    one, else the module's ``save_pretrained`` (the scorer)."""
+    path = Path(out_dir) / artefact_name(task)
+    save = getattr(task, "save_artefact", None)
+    (save if save is not None else task.module.save_pretrained)(path)
+    return path
+
+
 def task_model(cfg: TrainerConfig, dist: DistInfo, model=None):
-    """The frozen LLM a task works on: ``model`` when given (in-process callers), else ``cfg.model`` loaded on
-    this rank's device."""
+    """The frozen LLM a task works on: ``model`` when given (in-process callers), else ``cfg.model`` (with
+    ``cfg.adapter`` merged on top) loaded on this rank's device."""
     if model is not None:
         return model
-    from foresight import load_model
-
-    model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device, dtype=cfg.dtype)
+    model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device, dtype=cfg.dtype,
+                          adapter=cfg.adapter)
     return model
 
 
@@ -316,6 +341,6 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
         if before:
             summary["eval_before"] = before
         if summary.get("finished"):  # train() wrote it before the final evaluation
-            summary["scorer"] = str(out / "scorer")
+            summary[artefact_name(task)] = str(out / artefact_name(task))
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
