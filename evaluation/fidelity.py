@@ -92,8 +92,17 @@ def _policy_label(policy: str | EvictionPolicy) -> str:
     return policy if isinstance(policy, str) else policy.name
 
 
-class _ReferenceHook:
-    """``on_logits`` hook storing the full cache's log-probs for positions ``>= lo``."""
+def kl_and_agreement(ref_logp: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position KL(p_full || p_evicted) and top-1 agreement from the full cache's log-probs ``ref_logp`` and
+    the evicted cache's ``logits`` (both (..., V)); differentiable in ``logits`` (``foresight train adapt``
+    minimises exactly this KL)."""
+    lp = torch.log_softmax(logits, dim=-1)
+    ref = ref_logp.float()
+    return (ref.exp() * (ref - lp)).sum(-1), (ref.argmax(-1) == lp.argmax(-1)).float()
+
+
+class ReferenceLogProbs:
+    """``on_logits`` hook storing the full cache's log-probs for positions ``>= lo`` (``logp``: (batch, n-1-lo, V))."""
 
     def __init__(self, lo: int, n: int, dtype: torch.dtype):
         self.lo, self.n, self.dtype = lo, n, dtype
@@ -113,7 +122,7 @@ class _ReferenceHook:
 class _CompareHook:
     """``on_logits`` hook accumulating KL(full || evicted) and top-1 agreement at positions ``>= first``."""
 
-    def __init__(self, ref: _ReferenceHook, first: int, valid: torch.Tensor):
+    def __init__(self, ref: ReferenceLogProbs, first: int, valid: torch.Tensor):
         self.ref, self.first, self.valid = ref, first, valid  # valid: (batch, n-1) bool on the logits device
         self.kl = torch.zeros(valid.shape[0], dtype=torch.float64)
         self.agree = torch.zeros_like(self.kl)
@@ -123,10 +132,8 @@ class _CompareHook:
         a, b = max(start, self.first), min(end, self.ref.n - 1)
         if b <= a:
             return
-        lp = torch.log_softmax(logits[:, a - start : b - start], dim=-1)
-        ref = self.ref.logp[:, a - self.ref.lo : b - self.ref.lo].float()
-        kl = (ref.exp() * (ref - lp)).sum(-1)
-        agree = (ref.argmax(-1) == lp.argmax(-1)).float()
+        ref = self.ref.logp[:, a - self.ref.lo : b - self.ref.lo]
+        kl, agree = kl_and_agreement(ref, logits[:, a - start : b - start])
         mask = self.valid[:, a:b].float()
         self.kl += (kl * mask).sum(-1).double().cpu()
         self.agree += (agree * mask).sum(-1).double().cpu()
@@ -237,7 +244,7 @@ def evaluate_fidelity(
         pos = torch.arange(n - 1, device=device)
         row_len = torch.tensor([len(s) for s in seqs], device=device)
         in_row = pos[None] < (row_len[:, None] - 1)  # (batch, n-1): position predicts a real next token
-        ref = _ReferenceHook(lo, n, ref_dtype)
+        ref = ReferenceLogProbs(lo, n, ref_dtype)
         full = replay(model, seqs, "full", None, interval, sinks=sinks, on_logits=ref,
                       pad_token_id=pad, trace_ids=ids_meta)
         ce_full = full.ce
@@ -287,4 +294,4 @@ def _jsonable(cfg: dict) -> dict:
     return out
 
 
-__all__ = ["FIELDS", "PolicyFactory", "default_factory", "evaluate_fidelity"]
+__all__ = ["FIELDS", "PolicyFactory", "ReferenceLogProbs", "default_factory", "evaluate_fidelity", "kl_and_agreement"]

@@ -318,8 +318,8 @@ def replay(
         (batch, N) token ids or a list of id lists (right-padded internally; padding only follows real tokens,
         so it never influences them).
     on_logits
-        Optional hook ``f(start, end, logits)`` called with each piece's fp32 logits (batch, end-start, V), for
-        metrics that need whole distributions (KL, top-1 agreement).
+        Optional hook ``f(start, end, logits)`` called with each piece's fp32 (fp64 for an fp64 model) logits
+        (batch, end-start, V), for metrics that need whole distributions (KL, top-1 agreement).
     grad
         Record gradients (default: inference mode): ``on_logits`` then receives logits with their graph, through
         the same schedule, cache and policy (eviction decisions stay without gradient; the cache keeps its entries
@@ -351,7 +351,8 @@ def replay(
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
     with _autograd(grad):
         for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
-            logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end]).float()
+            logits = _forward(model, cache, ids[:, start:end], positions_all[:, start:end])
+            logits = logits if logits.dtype == torch.float64 else logits.float()  # fp32, fp64 models keep fp64
             if on_logits is not None:
                 on_logits(start, end, logits)
             if truncate_backprop:

@@ -37,7 +37,7 @@ def _truncate(path: Path) -> None:
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> dict[str, Path]:
     from foresight.scorer import Scorer, ScorerConfig
-    from tests.conftest import get_model
+    from tests.conftest import get_model, save_random_adapter
 
     root = tmp_path_factory.mktemp("bad_inputs")
     assert main(["trace", *TINY, "--data", "synthetic", "--limit", "3", "--max-new-tokens", "40", "--batch-size",
@@ -72,6 +72,8 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
         p[name] = root / name
     (root / "a_dir").mkdir()
     p["a_dir"] = root / "a_dir"
+    p["lora_pickle"] = save_random_adapter(root / "lora_pickle")
+    (p["lora_pickle"] / "adapter_model.safetensors").rename(p["lora_pickle"] / "adapter_model.bin")
     return p
 
 
@@ -184,6 +186,20 @@ CASES = [
                                            "--fidelity", str(p["fid_bad.json"])], "fid_bad.json"),
     ("export-corrupt-scorer", lambda p: ["export", str(p["scorer_cut"]), "--out", str(p["out"]), "--overwrite"],
      "model.safetensors"),
+    # --adapter (every command that loads a model) and the trainers' `adapter` key: a bad directory, named
+    *[(f"{name}-adapter-{bad}", (lambda argv, bad: lambda p: [*argv(p), "--adapter", str(p[bad])])(argv, bad), bad)
+      for name, argv in [("generate", _gen), ("trace", _trace), ("fidelity", lambda p: _fid(p, "--policies", "full")),
+                         ("aime", _aime), ("golden", lambda p: ["golden", *TINY, "--traces", str(p["traces"]), "--out",
+                                                               str(p["out"]), "--budget", "16", "--interval", "4"]),
+                         ("bench", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4"])]
+      for bad in ("a_dir", "scorer")],
+    ("sl-adapter-missing", lambda p: _sl(p, f"adapter={p['root'] / 'no_such_lora'}"), "no_such_lora"),
+    ("grpo-adapter-not-peft", lambda p: _grpo(p, f"adapter={p['scorer']}"), "adapter_config.json"),
+    ("adapt-adapter-pickle", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=h2o",
+                                        f"adapter={p['lora_pickle']}", f"deepspeed={DS}", f"out_dir={p['out']}"],
+     "adapter_model.bin is a pickle"),
+    ("adapt-policy-full", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=full",
+                                     f"deepspeed={DS}", f"out_dir={p['out']}"], "never evicts"),
 ]
 
 

@@ -1,0 +1,252 @@
+"""`foresight train adapt` (DESIGN.md section 4b) on tiny models: gradients through the budgeted replay, the first
+step's KL against `eval fidelity`, resume, DeepSpeed on two ranks, the config's refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+import foresight
+from evaluation.fidelity import evaluate_fidelity
+from evaluation.policies import make_factory
+from foresight.scorer import Scorer, ScorerConfig
+from tests.conftest import save_random_traces
+from training.adapt_student import EvictedStudent, distillation_loss
+
+B, W = 16, 4
+REPO = Path(__file__).resolve().parents[1]
+DS = str(REPO / "configs" / "deepspeed" / "zero0.json")
+LENGTHS = [40, 44, 48, 52, 56, 60]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Six random-token traces of six problems (the base tiny-llama's fingerprint) and an untrained scorer."""
+    root = tmp_path_factory.mktemp("adapt")
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    rows = save_random_traces(model, root / "traces", LENGTHS, seed=3, prompt_len=8)
+    Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=8), seed=0) \
+        .save_pretrained(root / "scorer")
+    return {"root": root, "traces": root / "traces", "scorer": root / "scorer", "rows": rows}
+
+
+def _cfg(data, out, **kw):
+    from training.adapt_config import AdaptConfig
+
+    base = dict(model="tiny-llama", traces=str(data["traces"]), scorer=str(data["scorer"]), budget=B, interval=W,
+                out_dir=str(out), steps=4, lr=1e-2, warmup_steps=0, heldout=2, checkpoint_every=0, log_every=1,
+                lora_r=2, device="cpu", deepspeed=DS, eval_before=False)
+    base.update(kw)
+    return AdaptConfig.from_dict(base)
+
+
+def _student(policy, scorer_dir=None, dtype=torch.float64, seed=0):
+    """A fresh tiny-llama with LoRA (non-zero B) in ``dtype``, its EvictedStudent and the scorer if any."""
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    model.to(dtype)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.3)
+    peft_model.to(dtype)
+    scorer = None
+    if policy == "learned":
+        scorer = Scorer.from_pretrained(scorer_dir, model=model)
+        pol = foresight.make_policy("learned", scorer=scorer)
+    else:
+        pol = foresight.make_policy(policy)
+    return peft_model, EvictedStudent(peft_model, pol, B, W), scorer
+
+
+@pytest.fixture
+def fp64_norm(monkeypatch):
+    """transformers' LlamaRMSNorm computes in fp32 whatever its input (fp64 is cast down), which would drown a
+    finite difference in fp32 rounding; the same norm computed in the input's dtype keeps the forward fp64."""
+    from transformers.models.llama import modeling_llama
+
+    def forward(self, hidden_states):
+        variance = hidden_states.pow(2).mean(-1, keepdim=True)
+        return self.weight * (hidden_states * torch.rsqrt(variance + self.variance_epsilon))
+
+    monkeypatch.setattr(modeling_llama.LlamaRMSNorm, "forward", forward)
+
+
+@pytest.mark.parametrize("policy", ["h2o", "learned"])
+def test_kl_gradient_through_the_budgeted_replay_matches_finite_differences(data, policy, fp64_norm):
+    peft_model, student, scorer = _student(policy, data["scorer"])
+    seq = data["rows"]["input_ids"][2]
+    loss, metrics = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+    assert metrics["positions"] == len(seq) - 1 - (B + W) and loss.dtype == torch.float64
+    loss.backward()
+    base = [n for n, p in student.lm.named_parameters() if "lora_" not in n]
+    assert base and all(p.grad is None for n, p in student.lm.named_parameters() if "lora_" not in n)
+    if scorer is not None:
+        assert all(p.grad is None for p in scorer.parameters())
+    # gradients of the KL reach LoRA weights of both layers, both A and B, through kept keys and values
+    names = ["model-layers-0-self_attn-q_proj-lora_A-default-weight", "model-layers-1-self_attn-v_proj-lora_B-default-weight",
+             "model-layers-0-self_attn-v_proj-lora_A-default-weight", "model-layers-1-self_attn-q_proj-lora_B-default-weight"]
+    eps = 1e-6
+    for name in names:
+        p = student.lora[name]
+        assert p.grad is not None and bool(p.grad.abs().sum() > 0), name
+        for idx in [(0, 0), (p.shape[0] - 1, p.shape[1] - 1)]:
+            with torch.no_grad():
+                orig = p[idx].item()
+                p[idx] = orig + eps
+                up, _ = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+                p[idx] = orig - eps
+                down, _ = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+                p[idx] = orig
+            fd = (float(up) - float(down)) / (2 * eps)
+            assert p.grad[idx].item() == pytest.approx(fd, rel=1e-5, abs=1e-8), (name, idx)
+
+
+def test_truncated_backprop_drops_the_gradient_through_earlier_pieces(data, fp64_norm):
+    seq = data["rows"]["input_ids"][4]
+    grads = []
+    for truncate in (False, True):
+        peft_model, student, _ = _student("h2o")
+        student.truncate_backprop = truncate
+        loss, _ = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten() for p in student.parameters()]))
+    assert torch.isfinite(grads[1]).all() and not torch.allclose(grads[0], grads[1])
+
+
+def _first_batch(cfg, task_rows) -> list[int]:
+    from training.loop import StepSampler
+
+    return StepSampler(len(task_rows), cfg.micro_batch, 1, cfg.seed).batch(0, 0)
+
+
+@pytest.mark.parametrize("policy", ["h2o", "learned"])
+def test_zero_initialised_lora_starts_at_the_base_models_fidelity_kl(data, tmp_path, policy):
+    """peft's B = 0: the first step's KL is `eval fidelity`'s KL of the base model under the same policy."""
+    from training.adapt import run_adapt
+    from training.logging import read_metrics
+
+    cfg = _cfg(data, tmp_path / "run", steps=1, micro_batch=2, policy=policy)
+    run_adapt(cfg, model=foresight.load_model("tiny-llama", device="cpu")[0])
+    first = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"][0]
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    rows = {t: s for t, s in zip(data["rows"]["trace_id"], data["rows"]["input_ids"])}
+    train = sorted(split["train"])
+    batch = [train[i] for i in _first_batch(cfg, train)]
+    base, _ = foresight.load_model("tiny-llama", device="cpu")  # independent of the trainer's model
+    factory = make_factory(model=base, scorer=str(data["scorer"]), interval=W)
+    rec, = evaluate_fidelity(base, [rows[t] for t in batch], [policy], [B], W, trace_ids=batch, policy_factory=factory)
+    assert first["positions"] == rec["tokens"]
+    assert first["kl"] == pytest.approx(rec["kl"], rel=1e-5)
+    assert first["loss_ratio"] == pytest.approx(rec["loss_ratio"], rel=1e-5)
+
+
+def _adapter_weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(path / "adapter_model.safetensors"))
+
+
+def test_adapt_trains_resumes_like_an_uninterrupted_run_and_writes_a_peft_adapter(data, tmp_path):
+    from peft import PeftModel
+
+    from training.adapt import run_adapt
+
+    fresh = lambda: foresight.load_model("tiny-llama", device="cpu")[0]  # noqa: E731 (LoRA goes into it)
+    full = run_adapt(_cfg(data, tmp_path / "full", eval_before=True, eval_policies=["h2o"]), model=fresh())
+    assert full["finished"] and full["skipped"] == 0 and full["adapter"] == str(tmp_path / "full" / "adapter")
+    before, after = full["eval_before"], full["eval"]
+    assert before["heldout_learned_vs_base_mean"] == 0.0 and before["heldout_full_ce_ratio"] == 1.0
+    assert after["heldout_learned_kl_adapted"] < before["heldout_learned_kl_adapted"]  # it learned something
+    assert {"heldout_h2o_loss_ratio_adapted", "heldout_h2o_vs_base_ci_low", "heldout_kl_to_base"} <= set(after)
+
+    part = run_adapt(_cfg(data, tmp_path / "part", checkpoint_every=2, max_steps_per_run=2), model=fresh())
+    assert not part["finished"] and not (tmp_path / "part" / "adapter").exists()
+    resumed = run_adapt(_cfg(data, tmp_path / "part", checkpoint_every=2), resume=True, model=fresh())
+    assert resumed["start"] == 2 and resumed["finished"]
+    a, b = _adapter_weights(tmp_path / "full" / "adapter"), _adapter_weights(tmp_path / "part" / "adapter")
+    assert a.keys() == b.keys() and any("lora_B" in k and bool(v.abs().sum() > 0) for k, v in a.items())
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
+
+    meta = json.loads((tmp_path / "full" / "adapter" / "foresight_adapter.json").read_text())
+    assert (meta["policy"], meta["budget"], meta["interval"]) == ("learned", B, W)
+    assert meta["base_fingerprint"] == foresight.model_fingerprint(fresh())
+    peft_model = PeftModel.from_pretrained(fresh(), str(tmp_path / "full" / "adapter"))  # peft's own loader
+    merged, _ = foresight.load_model("tiny-llama", device="cpu", adapter=tmp_path / "full" / "adapter")
+    ids = torch.tensor([data["rows"]["input_ids"][0]])
+    torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_adapt_config_is_validated_before_any_work(data, tmp_path):
+    from foresight.errors import ForesightError
+    from tests.conftest import save_random_adapter
+
+    lora = save_random_adapter(tmp_path / "lora")
+
+    for kw, match in [({"policy": "full"}, "never evicts"), ({"policy": "golden"}, "decode time"),
+                      ({"policy": "h2oo"}, "h2oo"), ({"scorer": None}, "needs `scorer`"),
+                      ({"scorer": str(tmp_path)}, "config.json"), ({"lora_r": 0}, "lora_r"),
+                      ({"policy": "h2o", "policy_kwargs": {"nope": 1}}, "nope"),
+                      ({"adapter": str(data["scorer"])}, "no adapter_config.json"),
+                      ({"adapter": str(lora)}, "trains a new adapter on the base model"), ({"interval": 16}, "interval"),
+                      ({"eval_policies": ["golden"]}, "golden"), ({"target_modules": []}, "target_modules")]:
+        with pytest.raises((ForesightError, ValueError), match=match):
+            _cfg(data, tmp_path / "x", **kw)
+    assert not (tmp_path / "x").exists()
+
+
+def test_configs_adapt_yaml_documents_every_key():
+    import yaml
+
+    from training.adapt_config import AdaptConfig
+
+    assert set(yaml.safe_load((REPO / "configs" / "adapt.yaml").read_text())) == set(AdaptConfig.keys())
+
+
+def test_cli_trains_adapt_and_refuses_bad_keys(data, tmp_path, capsys):
+    from foresight.cli import main
+
+    assert main(["train", "adapt", "--config", str(REPO / "configs" / "adapt.yaml"), "model=tiny-llama",
+                 f"traces={data['traces']}", f"scorer={data['scorer']}", "policy=lazy", "eval_policies=[learned]",
+                 f"budget={B}", f"interval={W}", "heldout=2", "steps=2", "lora_r=2", "checkpoint_every=0", "device=cpu",
+                 f"deepspeed={DS}", f"out_dir={tmp_path / 'cli'}"]) == 0
+    assert "heldout_lazy_loss_ratio_adapted" in capsys.readouterr().out
+    assert (tmp_path / "cli" / "adapter" / "adapter_model.safetensors").is_file()
+    assert main(["train", "adapt", f"traces={data['traces']}", "policy=full", f"deepspeed={DS}"]) == 2
+    assert "never evicts" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_two_rank_cpu_deepspeed_adapt_resume_equals_uninterrupted(data, tmp_path):
+    """`torchrun --nproc_per_node 2 -m foresight train adapt` on CPU: 2 steps straight, and 1 step + --resume."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env.setdefault("TORCH_EXTENSIONS_DIR", str(REPO / ".cache" / "torch_extensions"))
+
+    def launch(out: Path, *extra: str):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29763",
+               "-m", "foresight", "train", "adapt", "--config", str(REPO / "configs" / "adapt.yaml"),
+               "model=tiny-llama", f"traces={data['traces']}", f"scorer={data['scorer']}", f"budget={B}",
+               f"interval={W}", "heldout=2", "steps=2", "lr=0.01", "warmup_steps=0", "lora_r=2", "checkpoint_every=1",
+               "eval_before=false", "eval_traces=1", f"out_dir={out}", "device=cpu", f"deepspeed={DS}", *extra]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    launch(tmp_path / "full")
+    launch(tmp_path / "part", "max_steps_per_run=1")
+    assert (tmp_path / "part" / "checkpoints" / "latest").read_text().strip() == "step_000001"
+    assert "resumed from step 1" in launch(tmp_path / "part", "--resume").stdout
+    summary = json.loads((tmp_path / "part" / "summary.json").read_text())
+    assert summary["finished"] and summary["start"] == 1 and summary["skipped"] == 0
+    a, b = _adapter_weights(tmp_path / "full" / "adapter"), _adapter_weights(tmp_path / "part" / "adapter")
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)

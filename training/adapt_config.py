@@ -1,0 +1,118 @@
+"""The keys of ``foresight train adapt`` (``configs/adapt.yaml``), validated on construction (DESIGN.md section 4b)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import ClassVar
+
+from foresight.config import ConfigError
+from foresight.policies import make_policy
+from foresight.policies.registry import check_policy_names
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME
+from training.loop import TrainerConfig
+
+#: LoRA on every attention projection of the Llama/Qwen families (the default targets).
+ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+#: Policies an adapter cannot be trained under: ``full`` never evicts (nothing to adapt to); ``golden`` replays
+#: oracle labels of fixed traces and cannot run at decode time, where the adapter will be used.
+NOT_ADAPTABLE = {"full": "never evicts, so there is nothing to adapt to",
+                 "golden": "needs labels of fixed traces and cannot run at decode time"}
+
+
+@dataclass
+class AdaptConfig(TrainerConfig):
+    """Keys of ``configs/adapt.yaml`` (documented there); validated on construction."""
+
+    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see AdaptTask
+        "traces", "scorer", "eval_policies", "eval_traces", "eval_before"}
+
+    out_dir: str = "runs/adapt"
+    steps: int = 200
+    lr: float = 1e-4
+    warmup_steps: int = 10
+    micro_batch: int = 1
+    checkpoint_every: int = 50
+    log_every: int = 10
+    model: str = "smollm2-135m"
+    dtype: str | None = None
+    traces: str = ""
+    max_traces: int = 0
+    heldout: float = 0.25
+    split_seed: int = 0
+    policy: str = "learned"
+    policy_kwargs: dict = field(default_factory=dict)
+    scorer: str | None = None
+    budget: int = 64
+    interval: int = 16
+    sinks: int = 0
+    lora_r: int = 8
+    lora_alpha: float = 16.0
+    lora_dropout: float = 0.0
+    target_modules: list = field(default_factory=lambda: list(ATTENTION_PROJECTIONS))
+    ce_weight: float = 0.0
+    truncate_backprop: bool = False
+    eval_policies: list = field(default_factory=list)
+    eval_traces: int = 0
+    eval_before: bool = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.adapter is not None:
+            raise ConfigError("adapter: `train adapt` trains a new adapter on the base model; to start from a "
+                              "LoRA-tuned model, merge that adapter into a model directory and set `model` to it")
+        if not self.traces:
+            raise ConfigError("set `traces` (a `foresight trace` directory made by the base model)")
+        if not 0 < self.interval < self.budget:
+            raise ConfigError(f"need 0 < interval < budget, got interval={self.interval}, budget={self.budget}")
+        if self.sinks < 0 or self.max_traces < 0 or self.eval_traces < 0:
+            raise ConfigError("sinks, max_traces and eval_traces must be >= 0")
+        h = float(self.heldout)
+        if not (0 < h < 1 or (h >= 1 and h == int(h))):
+            raise ConfigError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
+        if self.lora_r < 1 or not self.lora_alpha > 0 or not 0 <= self.lora_dropout < 1:
+            raise ConfigError(f"need lora_r >= 1, lora_alpha > 0 and 0 <= lora_dropout < 1, got {self.lora_r}, "
+                              f"{self.lora_alpha}, {self.lora_dropout}")
+        if not self.target_modules or not all(isinstance(t, str) and t for t in self.target_modules):
+            raise ConfigError(f"target_modules must be a non-empty list of module names, got {self.target_modules!r}")
+        if self.ce_weight < 0:
+            raise ConfigError(f"ce_weight must be >= 0, got {self.ce_weight}")
+        for name in check_policy_names([self.policy], "policy") + check_policy_names(self.eval_policies,
+                                                                                       "eval_policies"):
+            if name in NOT_ADAPTABLE and name == self.policy:
+                raise ConfigError(f"policy: {name!r} {NOT_ADAPTABLE[name]}; pick an evicting decode-time policy "
+                                  "(learned, h2o, lazy, ...)")
+            if name == "golden":
+                raise ConfigError(f"eval_policies: 'golden' {NOT_ADAPTABLE['golden']}")
+        if "learned" in (self.policy, *self.eval_policies):
+            self._check_scorer()
+        self.build_policy()  # unknown or bad hyperparameters fail now, before any model is loaded
+
+    def _check_scorer(self) -> None:
+        if not self.scorer:
+            raise ConfigError("scorer: the learned policy needs `scorer` (a scorer directory, e.g. runs/sl/scorer); "
+                              "it stays frozen while the adapter trains")
+        missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (Path(self.scorer) / n).is_file()]
+        if missing:
+            raise ConfigError(f"scorer {self.scorer}: no {', '.join(missing)} (pass a scorer directory)")
+        if "scorer" in self.policy_kwargs:
+            raise ConfigError("policy_kwargs: give the scorer as the `scorer` key, not inside policy_kwargs")
+
+    def build_policy(self, scorer=None):
+        """The training policy (``learned`` with ``scorer``, a loaded :class:`~foresight.scorer.Scorer`, or the
+        ``scorer`` directory)."""
+        kwargs = dict(self.policy_kwargs)
+        if self.policy == "learned":
+            kwargs["scorer"] = scorer if scorer is not None else self.scorer
+        try:
+            policy = make_policy(self.policy, **kwargs)
+        except ValueError as exc:
+            raise ConfigError(f"policy_kwargs: {exc}") from None
+        return policy
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.init]
+
+
+__all__ = ["ATTENTION_PROJECTIONS", "AdaptConfig", "NOT_ADAPTABLE"]
