@@ -1,10 +1,12 @@
-"""Export a trained scorer as a self-contained, shareable checkpoint (and optionally ONNX).
+"""Export a trained scorer as a self-contained, shareable checkpoint (and optionally ONNX), with its adapter.
 
 The export holds ``config.json`` + ``model.safetensors`` (loadable with :meth:`foresight.scorer.Scorer.from_pretrained`),
 a generated model card ``README.md`` (base model, B/W, features, provenance, evaluation numbers when a
 ``fidelity.json`` or a training ``summary.json`` with fidelity results is found) and, with ``onnx=True``,
 ``scorer.onnx``: the all-layers form ``scorer(x) -> scores``, x (L, batch, Hkv, n, D) -> (L, batch, Hkv, n) with
-dynamic batch and n, checked against PyTorch with onnxruntime.
+dynamic batch and n, checked against PyTorch with onnxruntime. With ``adapter=DIR`` the export also holds
+``adapter/``, a peft adapter (``foresight train adapt`` output) in peft's own format, and the card says which
+policy, B and W it was trained under (:mod:`evaluation.export_adapter`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, paired_with,
+                                       resolve_adapter_dir, write_adapter)
 from foresight.config import read_json
 from foresight.errors import ForesightError
 
@@ -111,8 +115,9 @@ def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
 
 
 def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None,
-               files_at: Path | None = None) -> str:
-    """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written)."""
+               files_at: Path | None = None, adapter_lines: list[str] | None = None) -> str:
+    """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written),
+    with ``adapter_lines`` (:func:`evaluation.export_adapter.adapter_card`) when an adapter is exported too."""
     cfg = scorer.config
     fp = cfg.fingerprint
     n_params = sum(p.numel() for p in scorer.parameters())
@@ -148,6 +153,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         f"- files: `config.json`, `model.safetensors` (sha256 `{_sha256((files_at or out) / 'model.safetensors')[:16]}…`)"
         + (f", `{ONNX_NAME}` (max |ONNX − PyTorch| = {onnx_diff:.2e} on random inputs)" if onnx_diff is not None else ""),
         "",
+        *(adapter_lines or []),
         "## Provenance",
         "",
     ]
@@ -241,15 +247,19 @@ def _replace_dir(tmp: Path, out: Path) -> None:
 
 
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
-                  atol: float = 1e-5, overwrite: bool = False) -> dict:
+                  atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
+
+    ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
+    format and described in the model card (:mod:`evaluation.export_adapter`).
 
     Everything is written into a temporary sibling of ``out`` and renamed into place at the end, so a failure
     (a broken scorer, an ONNX mismatch, a kill) leaves an earlier ``out`` untouched. An existing non-empty ``out``
     is refused unless ``overwrite``; then it is replaced as a whole. A killed run may leave a hidden
     ``.<out>.tmp-*`` sibling behind, which is safe to delete.
 
-    Returns ``{"out", "scorer_dir", "onnx_max_abs_diff", "fidelity_source"}``.
+    Returns ``{"out", "scorer_dir", "onnx_max_abs_diff", "fidelity_source", "adapter"}`` (``adapter``: None, or
+    its policy, B, W, weights SHA-256 and whether the scorer was bound to it).
     """
     from foresight import __version__
     from foresight.scorer import Scorer
@@ -268,6 +278,10 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
         prov.setdefault("export_git_commit", commit)
     scorer.config.provenance = prov
     fid = find_fidelity(src, scorer_dir, fidelity)  # read before anything is written
+    adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None
+    paired = adapter_dir is not None and paired_with(adapter_dir, scorer_dir)
+    if paired:
+        bind_scorer(scorer, adapter_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
@@ -275,13 +289,18 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
         if fid:
             (tmp / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")
         diff = export_onnx(scorer, tmp / ONNX_NAME, atol=atol) if onnx else None
-        (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp))
+        lines = None
+        if adapter_dir is not None:
+            write_adapter(adapter_dir, tmp / ADAPTER_SUBDIR)
+            lines = adapter_card(adapter_dir, out, paired)
+        (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp, adapter_lines=lines))
         _replace_dir(tmp, out)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return {"out": str(out), "scorer_dir": str(scorer_dir), "onnx_max_abs_diff": diff,
-            "fidelity_source": fid[1] if fid else None}
+            "fidelity_source": fid[1] if fid else None,
+            "adapter": {**adapter_summary(adapter_dir), "paired": paired} if adapter_dir is not None else None}
 
 
 __all__ = ["export_onnx", "export_scorer", "find_fidelity", "model_card", "resolve_scorer_dir"]

@@ -186,6 +186,39 @@ def test_adapt_trains_resumes_like_an_uninterrupted_run_and_writes_a_peft_adapte
     torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("policy", ["learned", "h2o"])
+def test_export_writes_the_adapter_in_peft_format_beside_the_scorer(data, tmp_path, capsys, policy):
+    from peft import PeftModel
+
+    from foresight.cli import main
+    from foresight.scorer import ScorerMismatchError
+    from training.adapt import run_adapt
+
+    run_adapt(_cfg(data, tmp_path / "run", steps=2, policy=policy), model=foresight.load_model("tiny-llama")[0])
+    out = tmp_path / "export"
+    assert main(["export", str(data["scorer"]), "--out", str(out), "--adapter", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out
+    assert f"trained under {policy} at B={B} W={W}" in printed
+    assert sorted(p.name for p in (out / "adapter").iterdir()) == ["adapter_config.json", "adapter_model.safetensors",
+                                                                  "foresight_adapter.json"]
+    card = (out / "README.md").read_text()
+    assert f"under policy **{policy}** at budget **B = {B}**, interval **W = {W}**" in card
+    assert f"heldout_{policy}_loss_ratio_adapted" in card  # the training run's held-out numbers
+    PeftModel.from_pretrained(foresight.load_model("tiny-llama")[0], str(out / "adapter"))  # peft's own loader
+    adapted, _ = foresight.load_model("tiny-llama", adapter=out / "adapter")
+    base, _ = foresight.load_model("tiny-llama")
+    if policy == "learned":  # trained with this very scorer: the pair goes together, the base model alone does not
+        assert "now records it" in printed
+        Scorer.from_pretrained(out, model=adapted)
+        with pytest.raises(ScorerMismatchError, match="adapter: LORA r=2 sha256 [0-9a-f]{12} vs none"):
+            Scorer.from_pretrained(out, model=base)
+    else:  # trained under h2o: the scorer stays the base model's, and the card says so
+        assert "not trained with this scorer" in printed and "was **not** the one" in card
+        Scorer.from_pretrained(out, model=base)
+        with pytest.raises(ScorerMismatchError):
+            Scorer.from_pretrained(out, model=adapted)
+
+
 def test_adapt_config_is_validated_before_any_work(data, tmp_path):
     from foresight.errors import ForesightError
     from tests.conftest import save_random_adapter

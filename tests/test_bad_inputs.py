@@ -198,6 +198,8 @@ CASES = [
     ("adapt-adapter-pickle", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=h2o",
                                         f"adapter={p['lora_pickle']}", f"deepspeed={DS}", f"out_dir={p['out']}"],
      "adapter_model.bin is a pickle"),
+    ("export-adapter-not-peft", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
+                                           "--adapter", str(p["a_dir"])], "a_dir"),
     ("adapt-policy-full", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=full",
                                      f"deepspeed={DS}", f"out_dir={p['out']}"], "never evicts"),
 ]

@@ -40,7 +40,7 @@ from evaluation.policies import make_factory
 from evaluation.stats import paired_bootstrap
 from foresight.adapters import TRAINING_META, quiet_peft
 from foresight.errors import ForesightError
-from foresight.fingerprint import check_same_model, model_fingerprint
+from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
 from training import checkpoint as ckpt
@@ -166,7 +166,8 @@ class AdaptTask:
                                   for k, v in cfg.policy_kwargs.items()},
                 "budget": cfg.budget, "interval": cfg.interval, "sinks": cfg.sinks,
                 "scorer": str(cfg.scorer) if cfg.policy == "learned" else None,
-                "scorer_digest": self.resume_identity().get("scorer") if cfg.policy == "learned" else None,
+                "scorer_sha256": (file_sha256(Path(cfg.scorer) / WEIGHTS_NAME) if cfg.policy == "learned"
+                                  else None),  # `foresight export` pairs the adapter with this very scorer
                 "traces": str(cfg.traces), "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}
 

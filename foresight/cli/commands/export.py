@@ -1,4 +1,4 @@
-"""``foresight export``: a shareable scorer checkpoint (config, weights, model card) and optional ONNX."""
+"""``foresight export``: a shareable scorer checkpoint (config, weights, model card), optional ONNX and adapter."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--onnx", action="store_true", help="also write scorer.onnx, verified with onnxruntime")
     p.add_argument("--fidelity", default=None, help="fidelity.json (or its directory) to quote in the model card")
+    p.add_argument("--adapter", default=None, metavar="DIR",
+                   help="also export this peft adapter (a `foresight train adapt` output or adapter dir) to OUT/adapter")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing, non-empty --out directory as a whole (refused otherwise)")
     p.set_defaults(func=run)
@@ -17,8 +19,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from evaluation.export import export_scorer
 
-    res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite)
+    res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
+                        adapter=args.adapter)
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
+    if res["adapter"]:
+        a = res["adapter"]
+        trained = (f"trained under {a['policy']} at B={a['budget']} W={a['interval']}" if a["policy"]
+                   else "no training record")
+        print(f"adapter -> {res['out']}/adapter (peft format, {trained}; "
+              + ("the scorer's fingerprint now records it)" if a["paired"] else "not trained with this scorer)"))
     if res["fidelity_source"]:
         print(f"model card quotes fidelity results from {res['fidelity_source']}")
     else:
