@@ -34,9 +34,9 @@ ONNX_NAME = "scorer.onnx"
 def resolve_scorer_dir(path: str | Path) -> Path:
     """A scorer directory from ``path``: the directory itself, its ``scorer/`` (training output) or the
     ``scorer/`` of its newest checkpoint (``checkpoints/latest``)."""
-    from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME
+    from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
 
-    path = Path(path)
+    path = resolve_scorer(path)  # a shipped scorer's short name works too
     if not path.exists():
         raise ForesightError(f"scorer path not found: {path}")
     candidates = [path, path / "scorer"]

@@ -32,6 +32,23 @@ from foresight.fingerprint import check_same_model
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+#: Scorers shipped with the package, one directory per short name (``foresight/scorers/<name>/``).
+SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
+
+
+def shipped_scorers() -> dict[str, Path]:
+    """The pretrained scorers shipped with the package, by short name (usable wherever a scorer dir is)."""
+    if not SHIPPED_DIR.is_dir():
+        return {}
+    return {d.name: d for d in sorted(SHIPPED_DIR.iterdir()) if (d / CONFIG_NAME).is_file()}
+
+
+def resolve_scorer(path_or_name: str | Path) -> Path:
+    """A scorer directory from a path or a shipped scorer's short name (an existing path wins)."""
+    path = Path(path_or_name)
+    if path.exists():
+        return path
+    return shipped_scorers().get(str(path_or_name), path)
 
 
 class ScorerMismatchError(ForesightError):
@@ -202,9 +219,11 @@ class Scorer(nn.Module):
         weight raises :class:`ForesightError` naming the file and the tensor (such a scorer ranks at random
         while looking healthy).
         """
-        directory = Path(directory)
+        directory = resolve_scorer(directory)
         if not (directory / CONFIG_NAME).is_file() or not (directory / WEIGHTS_NAME).is_file():
-            raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME})")
+            names = ", ".join(shipped_scorers()) or "none"
+            raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME}) "
+                                 f"nor the name of a shipped scorer ({names})")
         try:
             config = ScorerConfig.from_dict(json.loads((directory / CONFIG_NAME).read_text()))
         except (json.JSONDecodeError, TypeError, ValueError, AttributeError) as exc:

@@ -123,6 +123,24 @@ def test_learned_policy_from_directory_generates_within_budget(tmp_path):
     assert a.token_ids == b.token_ids
 
 
+def test_shipped_scorer_loads_by_short_name(tmp_path, monkeypatch):
+    import foresight.scorer as scorer_mod
+
+    model, tok = get_model("tiny-llama")
+    _scorer(model, seed=3).save_pretrained(tmp_path / "shipped" / "tiny-b16")
+    monkeypatch.setattr(scorer_mod, "SHIPPED_DIR", tmp_path / "shipped")
+    assert list(scorer_mod.shipped_scorers()) == ["tiny-b16"]
+    by_name = Scorer.from_pretrained("tiny-b16")
+    by_dir = Scorer.from_pretrained(tmp_path / "shipped" / "tiny-b16")
+    assert all(torch.equal(a, b) for a, b in zip(by_name.state_dict().values(), by_dir.state_dict().values()))
+    pol = make_policy("learned", scorer="tiny-b16")  # the policy takes the short name too
+    res = foresight.generate(model, tok, ["Hello"], policy=pol, budget=B, interval=W, max_new_tokens=30,
+                             stop_on_eos=False)
+    assert res.stats["evictions"] > 0
+    with pytest.raises(ForesightError, match="tiny-b16"):  # an unknown name lists what is shipped
+        Scorer.from_pretrained("no-such-scorer")
+
+
 def test_cli_generate_with_learned_policy(tmp_path, capsys):
     from foresight.cli import main
 
