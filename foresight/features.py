@@ -220,13 +220,19 @@ class FeatureExtractor:
         st = self._layers[view.layer_idx]
         probs = view.probs  # (b, h, g, q, n), fp32, zero where masked
         q, n = probs.shape[3], probs.shape[4]
-        st.reserve(probs, self.history)
-        st.run[..., :n].add_(probs.sum(3))
-        keep = min(q, self.history)
-        slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % self.history
-        st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
+        history = self.history
+        st.reserve(probs, history)
+        if q == 1:  # a decode step: one row, written to its ring slot by a plain copy (no index tensor)
+            row = probs[:, :, :, 0]
+            st.run[..., :n].add_(row)  # the sum over a single row is the row itself
+            st.rows[:, :, :, st.head % history, :n].copy_(row)
+        else:
+            st.run[..., :n].add_(probs.sum(3))
+            keep = min(q, history)
+            slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % history
+            st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
         st.head += q
-        st.filled = min(st.filled + q, self.history)
+        st.filled = min(st.filled + q, history)
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:
