@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from foresight.policies._common import GROUP_REDUCTIONS, as_float, check_choice, reduce_group
 from foresight.policies.base import EntryState, EvictionPolicy, check_range
@@ -113,6 +112,11 @@ class LazyEvictionPolicy(EvictionPolicy):
             self._prompt = p.clone() if bool((p > 0).any()) else None
         # per layer: (b,) rows whose prompt tokens were already reset at their first decode step
         self._decoding: list[torch.Tensor | None] = [None] * num_layers
+        self._past_prompt = [self._prompt is None] * num_layers  # every row decodes: the prompt rule is done
+        # per layer: last and mri in capacity buffers (b, Hkv, capacity), entries past `_n` kept at mri = 0, so
+        # a decode step appends and updates in place instead of concatenating and padding
+        self._buf: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+        self._n = [0] * num_layers
 
     def observe(self, view):
         layer = view.layer_idx
@@ -121,14 +125,14 @@ class LazyEvictionPolicy(EvictionPolicy):
         last, mri = self._grow(layer, view.positions, a.shape[-1])
         act = a >= self.alpha
         t = view.query_positions  # (b, q)
-        if self._prompt is None:
-            last, mri = _activate(last, mri, act, t)
+        if self._past_prompt[layer]:
+            _activate(last, mri, act, t)
         else:
             # Published: the prompt's rows first (in order they precede every decode row), then the reset of the
             # prompt tokens to the prefill state at each row's first decode step, then the decode rows.
             prompt_rows = t < self._prompt[:, None]  # (b, q)
             if bool(prompt_rows.any()):
-                last, mri = _activate(last, mri, act & prompt_rows[:, None, :, None], t)
+                _activate(last, mri, act & prompt_rows[:, None, :, None], t)
             if not bool(prompt_rows.all()):
                 decoding = self._decoding[layer]
                 if decoding is None:
@@ -137,25 +141,31 @@ class LazyEvictionPolicy(EvictionPolicy):
                 if bool(starting.any()):
                     p = self._prompt[:, None, None]
                     reset = starting[:, None, None] & (view.positions[..., : last.shape[-1]] < p)
-                    last = torch.where(reset, p - 1, last)
-                    mri = mri.masked_fill(reset, 0)
-                    self._decoding[layer] = decoding | starting
-                last, mri = _activate(last, mri, act & ~prompt_rows[:, None, :, None], t)
+                    torch.where(reset, p - 1, last, out=last)
+                    mri.masked_fill_(reset, 0)
+                    self._decoding[layer] = decoding = decoding | starting
+                    # positions only grow, so once every row decodes no later row is a prompt row
+                    self._past_prompt[layer] = bool(decoding.all())
+                _activate(last, mri, act & ~prompt_rows[:, None, :, None], t)
         self.state.set(layer, "last", last)
         self.state.set(layer, "mri", mri)
         self._t[layer] = t[:, -1]
 
     def _grow(self, layer: int, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``last``/``mri`` extended to the cache's ``n`` entries (new entries: ``last = t - 1`` or ``t``, mri = 0)."""
-        shift = 0 if self.entry == "fresh" else 1
-        last, mri = self.state.get(layer, "last"), self.state.get(layer, "mri")
-        if last is None:
-            return positions[..., :n] - shift, torch.zeros_like(positions[..., :n])
-        have = last.shape[-1]
+        """``last``/``mri`` over the cache's ``n`` entries, views of the layer's buffers (new entries:
+        ``last = t - 1`` or ``t``, ``mri = 0``)."""
+        buf, have = self._buf[layer], self._n[layer]
+        if buf is None or n > buf[0].shape[-1]:
+            cap = max(n, 2 * have, 64)
+            grown = (positions.new_zeros(*positions.shape[:2], cap), positions.new_zeros(*positions.shape[:2], cap))
+            if have:
+                for dst, src in zip(grown, buf):
+                    dst[..., :have] = src[..., :have]
+            buf = self._buf[layer] = grown
         if have < n:
-            last = torch.cat([last, positions[..., have:n] - shift], dim=-1)
-            mri = F.pad(mri, (0, n - have))
-        return last, mri
+            torch.sub(positions[..., have:n], 0 if self.entry == "fresh" else 1, out=buf[0][..., have:n])
+        self._n[layer] = n
+        return buf[0][..., :n], buf[1][..., :n]
 
     def score(self, view):
         layer, nc = view.layer_idx, view.num_candidates
@@ -167,7 +177,16 @@ class LazyEvictionPolicy(EvictionPolicy):
         return s1 + s2
 
     def on_evict(self, layer_idx, keep):
-        self.state.gather(layer_idx, keep)
+        buf, n = self._buf[layer_idx], self._n[layer_idx]
+        if buf is None:
+            return
+        k = keep.shape[-1]
+        for t in buf:
+            t[..., :k] = t[..., :n].gather(-1, keep)
+        buf[1][..., k:n].zero_()
+        self._n[layer_idx] = k
+        self.state.set(layer_idx, "last", buf[0][..., :k])
+        self.state.set(layer_idx, "mri", buf[1][..., :k])
 
     def mri_quantile(self, q: float = 0.8) -> float:
         """The ``q``-quantile of the MRI over all cached tokens that recurred (the paper sizes ``W`` by it)."""
@@ -176,17 +195,18 @@ class LazyEvictionPolicy(EvictionPolicy):
         return float(vals.quantile(q)) if vals.numel() else 0.0
 
 
-def _activate(last: torch.Tensor, mri: torch.Tensor, act: torch.Tensor, t: torch.Tensor):
-    """Apply the query rows (b, q) at steps ``t`` in order: activated entries (``act`` (b, Hkv, q, n)) get
-    ``mri = max(mri, t - last)`` and ``last = t``."""
+def _activate(last: torch.Tensor, mri: torch.Tensor, act: torch.Tensor, t: torch.Tensor) -> None:
+    """Apply the query rows (b, q) at steps ``t`` in order, in place: activated entries (``act`` (b, Hkv, q, n))
+    get ``mri = max(mri, t - last)`` and ``last = t``."""
     if act.shape[2] == 1:
         act = act[:, :, 0]
         tt = t.view(-1, 1, 1)
-        mri = torch.maximum(mri, (tt - last) * act)  # t >= last, so inactive entries keep their mri
-        return torch.where(act, tt, last), mri
+        torch.maximum(mri, (tt - last) * act, out=mri)  # t >= last, so inactive entries keep their mri
+        torch.where(act, tt, last, out=last)
+        return
     # The previous activation of row i is the latest activation among rows < i, or `last`.
     tq = t[:, None, :, None]  # (b, 1, q, 1)
     upto = torch.where(act, tq, torch.iinfo(tq.dtype).min).cummax(dim=2).values  # latest activation, rows <= i
     prev = torch.cat([last[:, :, None], torch.maximum(upto[:, :, :-1], last[:, :, None])], dim=2)
-    mri = torch.maximum(mri, ((tq - prev) * act).amax(dim=2))
-    return torch.maximum(last, upto[:, :, -1]), mri
+    torch.maximum(mri, ((tq - prev) * act).amax(dim=2), out=mri)
+    torch.maximum(last, upto[:, :, -1], out=last)
