@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from foresight.policies._common import GROUP_REDUCTIONS, check_choice, reduce_group
 from foresight.policies.base import EntryState, EvictionPolicy
 from foresight.policies.registry import register_policy
@@ -44,17 +46,33 @@ class H2OPolicy(EvictionPolicy):
     def reset(self, batch_size, num_layers, device, **meta):
         self.state = EntryState()
         self.state.reset(num_layers)
+        # per layer: the accumulated attention in a capacity buffer (b, Hkv, capacity), zero past the cache's
+        # entries, so a decode step adds its row in place instead of allocating a new accumulator
+        self._buf: list[torch.Tensor | None] = [None] * num_layers
 
     def observe(self, view):
         p = view.probs  # (b, Hkv, G, q, n)
         a = p.sum(dim=(2, 3)) if self.group_reduce == "sum" else reduce_group(p, self.group_reduce).sum(dim=2)
-        acc = self.state.get(view.layer_idx, "acc")
-        if acc is not None and acc.shape[-1] < a.shape[-1]:
-            a[..., : acc.shape[-1]] += acc
-        self.state.set(view.layer_idx, "acc", a)
+        layer, n = view.layer_idx, a.shape[-1]
+        buf = self._buf[layer]
+        if buf is None or n > buf.shape[-1]:
+            grown = a.new_zeros(*a.shape[:2], max(n, 2 * (0 if buf is None else buf.shape[-1]), 64))
+            if buf is not None:
+                have = self.state.get(layer, "acc").shape[-1]
+                grown[..., :have] = buf[..., :have]
+            buf = self._buf[layer] = grown
+        acc = buf[..., :n]
+        acc.add_(a)  # new entries start at 0; IEEE addition commutes, so this equals a + acc bit for bit
+        self.state.set(layer, "acc", acc)
 
     def score(self, view):
-        return self.state.get(view.layer_idx, "acc")[..., : view.num_candidates]
+        return self.state.get(view.layer_idx, "acc")[..., : view.num_candidates].clone()  # the buffer changes later
 
     def on_evict(self, layer_idx, keep):
-        self.state.gather(layer_idx, keep)
+        buf, acc = self._buf[layer_idx], self.state.get(layer_idx, "acc")
+        if buf is None:
+            return
+        k, n = keep.shape[-1], acc.shape[-1]
+        buf[..., :k] = acc.gather(-1, keep)
+        buf[..., k:n].zero_()
+        self.state.set(layer_idx, "acc", buf[..., :k])
