@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
 
 from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
@@ -61,6 +60,9 @@ class AdaptTask:
     artefact = "adapter"
 
     def __init__(self, cfg: AdaptConfig, dist, model=None):
+        # Imported here: peft takes seconds to import, and `foresight --help` imports every trainer module.
+        from peft import LoraConfig, PeftModel, get_peft_model
+
         self.cfg, self.dist = cfg, dist
         base = task_model(cfg, dist, model).eval()
         if isinstance(base, PeftModel) or getattr(base, "peft_config", None):
