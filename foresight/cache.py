@@ -19,101 +19,23 @@ Building a cache for a model installs two forward hooks on it once (:mod:`foresi
 each forward's new tokens to the cache, cut an over-long prefill at the event points, route attention through
 :mod:`foresight.attention` and close the step, which fires the event when one is due.
 
-With gradients (``foresight.replay(..., grad=True)``, used by ``foresight train adapt``) the same cache serves
-the student's forward: eviction decisions and the policy's statistics stay under ``no_grad``, and the layers keep
-their entries out of place (:class:`BudgetedLayer`), so gradients flow through every kept key and value.
+The entries live in capacity buffers shared by all layers (:mod:`foresight.kv_storage`). With gradients
+(``foresight.replay(..., grad=True)``, used by ``foresight train adapt``) the same cache serves the student's
+forward: eviction decisions and the policy's statistics stay under ``no_grad``, and the layers keep their entries
+out of place, so gradients flow through every kept key and value.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
 
 from foresight.forward_hooks import install_hooks
+from foresight.kv_storage import BudgetedLayer, SharedBuffers
 from foresight.models import check_supported, model_fingerprint, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
 from foresight.views import EvictView, StepView, attention_probs, chunk_causal
-
-
-class BudgetedLayer(DynamicLayer):
-    """One layer's keys/values with per-entry logical positions and validity, shape (batch, Hkv, n).
-
-    Entries live in preallocated buffers (capacity doubling, so a bounded cache stops allocating once warm);
-    ``keys``/``values``/``positions``/``valid`` are views of their first ``n`` slots. A decode step writes one slot
-    instead of concatenating four tensors, and eviction compacts the kept entries into the prefix.
-
-    **Gradients.** Writing into a buffer in place would overwrite tensors that autograd saved for the backward
-    pass. While gradients are recorded and the keys or values require them (a replay with ``grad=True``, e.g.
-    ``foresight train adapt``), the layer holds plain tensors instead and appends and gathers out of place
-    (``torch.cat`` / ``gather``), so gradients flow into every cached entry a later query attends to.
-    """
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.positions: torch.Tensor | None = None
-        self.valid: torch.Tensor | None = None
-        self._buffers: list[torch.Tensor] | None = None  # keys, values, positions, valid: capacity along dim 2
-
-    def _tracks_grad(self, *tensors) -> bool:
-        """True when autograd records and some of ``tensors`` (or the cached keys/values) require gradients."""
-        if not torch.is_grad_enabled():
-            return False
-        return any(t is not None and t.requires_grad for t in (*tensors, self.keys, self.values))
-
-    def append(self, key_states, value_states, positions, valid):
-        b, hkv, q = key_states.shape[:3]
-        n = 0 if self.keys is None else self.keys.shape[-2]
-        new = [key_states, value_states, positions[:, None, :].expand(-1, hkv, -1),
-               valid[:, None, :].expand(-1, hkv, -1)]
-        if self._tracks_grad(key_states, value_states):  # out of place: autograd keeps what it saved
-            cur = (self.keys, self.values, self.positions, self.valid)
-            self.keys, self.values, self.positions, self.valid = (
-                t if c is None else torch.cat([c, t], dim=2) for c, t in zip(cur, new))
-            self._buffers = None
-            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-            return self.keys, self.values
-        if self._buffers is None or n + q > self._buffers[0].shape[2]:
-            cap = max(n + q, 2 * n, 64)
-            grown = [t.new_empty(t.shape[0], t.shape[1], cap, *t.shape[3:]) for t in new]
-            for dst, cur in zip(grown, (self.keys, self.values, self.positions, self.valid)):
-                if n:
-                    dst[:, :, :n] = cur
-            self._buffers = grown
-            self.dtype, self.device, self.is_initialized = key_states.dtype, key_states.device, True
-        for buf, t in zip(self._buffers, new):
-            buf[:, :, n : n + q] = t
-        self._expose(n + q)
-        return self.keys, self.values
-
-    def _expose(self, n: int) -> None:
-        self.keys, self.values, self.positions, self.valid = (buf[:, :, :n] for buf in self._buffers)
-
-    def gather(self, keep: torch.Tensor) -> None:
-        """Keep entries ``keep`` (batch, Hkv, k), per KV head, in the given order."""
-        kept = [
-            self.keys.gather(2, keep[..., None].expand(-1, -1, -1, self.keys.shape[-1])),
-            self.values.gather(2, keep[..., None].expand(-1, -1, -1, self.values.shape[-1])),
-            self.positions.gather(2, keep),
-            self.valid.gather(2, keep),
-        ]
-        k = keep.shape[-1]
-        if self._buffers is None or self._tracks_grad():
-            self.keys, self.values, self.positions, self.valid = kept
-            self._buffers = None
-            return
-        for buf, t in zip(self._buffers, kept):
-            buf[:, :, :k] = t
-        self._expose(k)
-
-    def detach_(self) -> None:
-        """Cut the autograd history of the cached keys and values (truncated backpropagation)."""
-        if self.keys is not None and self._buffers is None:
-            self.keys, self.values = self.keys.detach(), self.values.detach()
-
-    def reset(self) -> None:
-        super().reset()
-        self.positions = self.valid = self._buffers = None
 
 
 class BudgetedCache(Cache):
@@ -166,7 +88,8 @@ class BudgetedCache(Cache):
         return cache
 
     def _setup(self, num_layers, num_groups, policy, cfg: CacheConfig, policy_kwargs, meta) -> None:
-        super().__init__(layers=[BudgetedLayer() for _ in range(num_layers)])
+        self.shared = SharedBuffers(num_layers)  # every layer's entries, in buffers shared by all layers
+        super().__init__(layers=self.shared.layers)
         if isinstance(policy, str):
             policy = make_policy(policy, **(policy_kwargs or {}))
         elif policy_kwargs:
