@@ -104,7 +104,7 @@ class AdaptTask:
         """Content digests of the split's traces and of the frozen scorer."""
         out = {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}"}
         if self.cfg.scorer and self.scorer is not None:
-            out["scorer"] = digest_files([Path(self.cfg.scorer) / CONFIG_NAME, Path(self.cfg.scorer) / WEIGHTS_NAME])
+            out["scorer"] = digest_files([self.cfg.scorer_dir / CONFIG_NAME, self.cfg.scorer_dir / WEIGHTS_NAME])
         return out
 
     def loss(self, model, items: list[int], step: int) -> tuple[torch.Tensor, dict]:
@@ -168,7 +168,7 @@ class AdaptTask:
                                   for k, v in cfg.policy_kwargs.items()},
                 "budget": cfg.budget, "interval": cfg.interval, "sinks": cfg.sinks,
                 "scorer": str(cfg.scorer) if cfg.policy == "learned" else None,
-                "scorer_sha256": (file_sha256(Path(cfg.scorer) / WEIGHTS_NAME) if cfg.policy == "learned"
+                "scorer_sha256": (file_sha256(cfg.scorer_dir / WEIGHTS_NAME) if cfg.policy == "learned"
                                   else None),  # `foresight export` pairs the adapter with this very scorer
                 "traces": str(cfg.traces), "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}

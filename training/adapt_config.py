@@ -9,7 +9,7 @@ from typing import ClassVar
 from foresight.config import ConfigError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
 from training.loop import TrainerConfig
 
 #: LoRA on every attention projection of the Llama/Qwen families (the default targets).
@@ -92,9 +92,15 @@ class AdaptConfig(TrainerConfig):
         if not self.scorer:
             raise ConfigError("scorer: the learned policy needs `scorer` (a scorer directory, e.g. runs/sl/scorer); "
                               "it stays frozen while the adapter trains")
-        missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (Path(self.scorer) / n).is_file()]
+        missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (self.scorer_dir / n).is_file()]
         if missing:
-            raise ConfigError(f"scorer {self.scorer}: no {', '.join(missing)} (pass a scorer directory)")
+            raise ConfigError(f"scorer {self.scorer}: no {', '.join(missing)} (pass a scorer directory or the name "
+                              "of a shipped scorer)")
+
+    @property
+    def scorer_dir(self) -> Path:
+        """The scorer directory (``scorer`` is a path or a shipped scorer's short name)."""
+        return resolve_scorer(self.scorer)
         if "scorer" in self.policy_kwargs:
             raise ConfigError("policy_kwargs: give the scorer as the `scorer` key, not inside policy_kwargs")
 
