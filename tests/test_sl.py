@@ -314,3 +314,39 @@ def test_two_rank_cpu_deepspeed_run_writes_one_checkpoint(tiny_data, tmp_path):
     from foresight.scorer import Scorer
 
     Scorer.from_pretrained(out / "scorer")
+
+
+def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_data, tmp_path):
+    """A trace regenerated (or relabelled) under the same id must be extracted again, not read from the cache."""
+    import datasets
+
+    from golden.labels import load_labels, save_labels
+    from golden.oracle import label_trace
+    from training.sl import run_sl
+    from training.sl_features import FeatureCache, load_events, saved_identity, trace_identity
+
+    traces, labels = tiny_data
+    run_sl(_cfg(tiny_data, tmp_path / "a", steps=2))
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    rows = list(datasets.load_from_disk(str(traces)))
+    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16")
+    first = rows[0]
+    before = load_events(cache.file(first["trace_id"])).features.clone()
+    assert saved_identity(cache.file(first["trace_id"])) == trace_identity(first["input_ids"],
+                                                                           load_labels(labels)[first["trace_id"]])
+    # the same trace id, other tokens after the prompt, relabelled: a new version of the data
+    changed = dict(first, input_ids=first["input_ids"][:12] + [(t + 7) % 100 for t in first["input_ids"][12:]])
+    root = tmp_path / "v2"
+    datasets.Dataset.from_list([changed, *rows[1:]]).save_to_disk(str(root / "traces"))
+    save_labels(root / "labels.safetensors",
+                [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in [changed, *rows[1:]]])
+    run_sl(_cfg((root / "traces", root / "labels.safetensors"), tmp_path / "b", steps=2))
+    after = load_events(cache.file(first["trace_id"])).features
+    assert after.shape != before.shape or not torch.equal(after, before)  # extracted again from the new tokens
+    new_labels = load_labels(root / "labels.safetensors")
+    assert saved_identity(cache.file(first["trace_id"])) == trace_identity(changed["input_ids"],
+                                                                           new_labels[first["trace_id"]])
+    # an unchanged trace kept its file (same identity): nothing was redone for it
+    other = rows[-1]
+    assert saved_identity(cache.file(other["trace_id"])) == trace_identity(other["input_ids"],
+                                                                           new_labels[other["trace_id"]])

@@ -84,8 +84,8 @@ class SLTask:
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
                                                     fp["num_heads"] // fp["num_kv_heads"]))
-        self.train = cache.load(self.train_rows, self.columns)
-        self.val = cache.load(self.val_rows, self.columns)
+        self.train = cache.load(self.train_rows, self.columns, self.labels)
+        self.val = cache.load(self.val_rows, self.columns, self.labels)
         if self.train is None:
             raise ForesightError("the training traces have no eviction events (traces shorter than B + W?)")
         self.init_scorer()

@@ -32,6 +32,7 @@ from foresight.features import FEATURE_GROUPS, FeatureExtractor
 from foresight.policies import make_policy
 from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
+from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
 
 FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
@@ -91,13 +92,32 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
     return out
 
 
-def save_events(path: Path, ev: TraceEvents) -> None:
+def trace_identity(input_ids, labels: TraceLabels) -> str:
+    """What a trace's cached events were computed from: its token ids and the oracle's evictions (the golden
+    trajectory the replay followed). A trace regenerated under the same id, or relabelled differently, gets
+    another identity, so its stale events are never reused."""
+    h = hashlib.sha256(token_hash(input_ids).encode())
+    for ev in labels.events:
+        h.update(ev.evicted.to(torch.int64).contiguous().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def save_events(path: Path, ev: TraceEvents, identity: str = "") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     save_file({"features": ev.features.contiguous(), "alpha": ev.alpha.contiguous(),
                "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
-              str(tmp), metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id})
+              str(tmp), metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": identity})
     tmp.replace(path)
+
+
+def saved_identity(path: Path) -> str | None:
+    """The identity recorded in a cached event file (None: no file, unreadable, or none recorded)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return (f.metadata() or {}).get("identity") or None
+    except Exception:  # a damaged file is stale: it is extracted again
+        return None
 
 
 def load_events(path: Path) -> TraceEvents:
@@ -123,8 +143,10 @@ class FeatureCache:
         return self.dir / f"{safe}-{digest}.safetensors"
 
     def extract(self, model, rows: list[dict], labels: dict, dist, batch_size: int = 1) -> None:
-        """Replay this rank's share of ``rows`` that have no file yet and save their events (collective)."""
-        todo = [r for r in rows[dist.rank :: dist.world_size] if not self.file(r["trace_id"]).exists()]
+        """Replay this rank's share of ``rows`` without an up-to-date file (none, or one computed from other
+        tokens or other golden evictions: :func:`trace_identity`) and save their events (collective)."""
+        todo = [r for r in rows[dist.rank :: dist.world_size]
+                if saved_identity(self.file(r["trace_id"])) != trace_identity(r["input_ids"], labels[r["trace_id"]])]
         bar = tqdm(total=len(todo), desc="features", unit="trace", disable=not (dist.is_main and todo),
                    dynamic_ncols=True)
         for s0 in range(0, len(todo), batch_size):
@@ -133,16 +155,25 @@ class FeatureCache:
                 model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
                 lambda: FeatureExtractor(window=self.interval, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
+            ident = {r["trace_id"]: trace_identity(r["input_ids"], labels[r["trace_id"]]) for r in part}
             for ev in events:
-                save_events(self.file(ev.trace_id), ev)
+                save_events(self.file(ev.trace_id), ev, ident[ev.trace_id])
             bar.update(len(part))
         bar.close()
         barrier()
 
-    def load(self, rows: list[dict], columns: torch.Tensor) -> dict | None:
+    def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
         """The events of ``rows`` (traces without events have no file) concatenated, features restricted to
-        ``columns``; None when there are none."""
-        evs = [load_events(self.file(r["trace_id"])) for r in rows if self.file(r["trace_id"]).exists()]
+        ``columns``; None when there are none. A file computed from other tokens or labels is refused."""
+        evs = []
+        for r in rows:
+            path = self.file(r["trace_id"])
+            if not path.exists():
+                continue
+            if saved_identity(path) != trace_identity(r["input_ids"], labels[r["trace_id"]]):
+                raise ForesightError(f"{path} holds features of another version of trace {r['trace_id']!r} "
+                                     "(other tokens or golden evictions); rerun to extract them again")
+            evs.append(load_events(path))
         if not evs:
             return None
         out = {name: torch.cat([getattr(e, name) for e in evs]) for name in ("alpha", "evicted", "positions")}
