@@ -4,8 +4,8 @@ All policies (and the full cache, always included) generate exactly ``new_tokens
 (``stop_on_eos=False``) in one process, side by side: each repeat runs every policy once, in an order rotated
 from repeat to repeat, so slow drifts of a shared machine hit all policies alike. The reported speed is the
 median over repeats of ``new_tokens / wall time of generate`` (prefill of the short prompt included).
-Time spent inside the policy's hooks (``observe``/``score``/``select``/``on_evict``; for ``learned`` this is
-feature extraction plus the scorer) is measured separately as ``policy_seconds``.
+Time spent inside the policy's hooks (``observe``/``observe_layers``/``score``/``select``/``on_evict``; for
+``learned`` this is feature extraction plus the scorer) is measured separately as ``policy_seconds``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from foresight.runtime import CacheConfig, generate
 
 DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
                  "How many clips did Natalia sell altogether in April and May?"
-_HOOKS = ("observe", "score", "select", "on_evict")
+_HOOKS = ("observe", "observe_layers", "score", "select", "on_evict")
 
 
 def _sync(device: torch.device) -> None:
@@ -32,19 +32,27 @@ def _sync(device: torch.device) -> None:
 
 
 class _HookTimer:
-    """Wraps a policy instance's hooks to accumulate the wall time spent inside them."""
+    """Wraps a policy instance's hooks to accumulate the wall time spent inside them (a hook called from another,
+    e.g. ``observe`` from ``observe_layers``, is counted once, in the outer one)."""
 
     def __init__(self, policy: EvictionPolicy, device: torch.device):
         self.seconds = 0.0
+        self._depth = 0
         for name in _HOOKS:
             fn = getattr(policy, name)
 
             def wrapped(*args, _fn=fn, **kwargs):
-                _sync(device)
-                t0 = time.perf_counter()
-                out = _fn(*args, **kwargs)
-                _sync(device)
-                self.seconds += time.perf_counter() - t0
+                if self._depth:
+                    return _fn(*args, **kwargs)
+                self._depth += 1
+                try:
+                    _sync(device)
+                    t0 = time.perf_counter()
+                    out = _fn(*args, **kwargs)
+                    _sync(device)
+                    self.seconds += time.perf_counter() - t0
+                finally:
+                    self._depth -= 1
                 return out
 
             setattr(policy, name, wrapped)

@@ -35,7 +35,7 @@ from foresight.kv_storage import BudgetedLayer, SharedBuffers
 from foresight.models import check_supported, model_fingerprint, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
-from foresight.views import EvictView, StepView, attention_probs, chunk_causal
+from foresight.views import EvictView, LayersView, StepView, attention_probs, chunk_causal
 
 
 class BudgetedCache(Cache):
@@ -114,6 +114,8 @@ class BudgetedCache(Cache):
         self._has_padding = False
         self._shared_mask: tuple[tuple[int, int], torch.Tensor | None] | None = None
         self._routed: list = []
+        self._deferred: dict[int, torch.Tensor] = {}  # layer -> its decode-step query, held for observe_layers
+        self._deferred_scaling: float | None = None
 
     # -- the schedule -------------------------------------------------------------------------------------------
     @property
@@ -142,11 +144,13 @@ class BudgetedCache(Cache):
         self._step_pos = positions
         self._step_valid = valid
         self._shared_mask = None
+        self._deferred = {}  # a forward that failed midway leaves nothing for this one
         if not self._has_padding and not bool(valid.all()):
             self._has_padding = True
 
     def end_step(self) -> None:
         """Close the forward step; fire the eviction event when the cache holds ``target + W`` entries."""
+        self._observe_deferred()
         self.step += 1
         self.fed += self._step_pos.shape[1]
         for i, layer in enumerate(self.layers):
@@ -235,11 +239,45 @@ class BudgetedCache(Cache):
         return mask.repeat_interleave(g, dim=1) if g > 1 else mask
 
     def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None, scaling=None) -> None:
-        """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA."""
+        """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA.
+
+        A decode step (one query row, no mask, entries in the shared buffers) of a policy with ``observes_layers``
+        is held until :meth:`end_step` hands every layer over at once (:meth:`_observe_deferred`).
+        """
         if not getattr(self.policy, "observes", False):
+            return
+        if self._defer(layer_idx, query, mask, scaling):
             return
         with torch.no_grad():  # policies keep statistics, never a graph (a replay with gradients stays lean)
             self._observe(layer_idx, query, keys, values, mask, scaling)
+
+    def _defer(self, layer_idx: int, query, mask, scaling) -> bool:
+        """Hold a decode step's query for :meth:`_observe_deferred`; False when this step cannot wait."""
+        if (mask is not None or query.shape[2] != 1 or not self.policy.observes_layers
+                or self.layers[layer_idx]._buffers is None
+                or (self._deferred and scaling != self._deferred_scaling)):
+            return False
+        self._deferred[layer_idx] = query  # a fresh tensor of this forward, never written again
+        self._deferred_scaling = scaling
+        return True
+
+    def _observe_deferred(self) -> None:
+        """Hand the held decode step to the policy: one :class:`LayersView` of every layer (one batched attention),
+        or, if some layer did not come through, each held layer's own :class:`StepView`."""
+        held, self._deferred = self._deferred, {}
+        if not held:
+            return
+        with torch.no_grad():
+            if len(held) == len(self.layers):
+                n, shared = self.length, self.shared
+                self.policy.observe_layers(LayersView(
+                    query=torch.stack([held[i] for i in range(len(self.layers))]), keys=shared.keys(n),
+                    values=shared.values(n), positions=shared.positions(n), valid=shared.valid(n),
+                    query_positions=self._step_pos, step=self.step, scaling=self._deferred_scaling))
+                return
+            for i, query in sorted(held.items()):
+                layer = self.layers[i]
+                self._observe(i, query, layer.keys, layer.values, None, self._deferred_scaling)
 
     def _observe(self, layer_idx: int, query, keys, values, mask, scaling) -> None:
         layer = self.layers[layer_idx]

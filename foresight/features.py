@@ -45,7 +45,7 @@ from typing import Callable
 
 import torch
 
-from foresight.views import EvictView, StepView
+from foresight.views import EvictView, LayersView, StepView
 
 #: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
 SHORT_WINDOWS = (32, 16, 8)
@@ -55,12 +55,12 @@ LOG_EPS = 1e-6
 
 @dataclass
 class _LayerState:
-    """One layer's attention statistics, in preallocated storage so that a decode step copies nothing.
+    """One layer's attention statistics, views of the extractor's stacked storage so that a step copies nothing.
 
     ``rows[..., r, i]`` holds the attention that query number ``t`` with ``t % R == r`` paid to entry ``i`` (a
     ring over the last ``R`` queries; ``head`` counts queries seen); ``run[..., i]`` the attention of all queries
     since the last event. Columns ``>= n`` (entries not in the cache) are kept at zero, so an appended entry
-    starts with no attention from earlier queries; the capacity grows by doubling.
+    starts with no attention from earlier queries; the capacity grows by doubling, for every layer at once.
     """
 
     rows: torch.Tensor | None = None  # (b, Hkv, G, R, capacity)
@@ -70,19 +70,6 @@ class _LayerState:
     filled: int = 0  # valid rows in the ring, min(head, R)
     cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
     dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
-
-    def reserve(self, probs: torch.Tensor, history: int) -> None:
-        """Make room for ``probs.shape[-1]`` entries (new columns zero)."""
-        n = probs.shape[-1]
-        if self.rows is None:
-            b, h, g = probs.shape[:3]
-            self.rows = probs.new_zeros(b, h, g, history, max(n, 64))
-            self.run = probs.new_zeros(b, h, g, self.rows.shape[-1])
-        elif n > self.rows.shape[-1]:
-            cap = max(n, 2 * self.rows.shape[-1])
-            self.rows = torch.nn.functional.pad(self.rows, (0, cap - self.rows.shape[-1]))
-            self.run = torch.nn.functional.pad(self.run, (0, cap - self.run.shape[-1]))
-        self.n = n
 
     def last(self, k: int, c: int) -> torch.Tensor:
         """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
@@ -210,6 +197,23 @@ class FeatureExtractor:
         """Forget everything (a new batch of sequences)."""
         self.num_groups = num_groups
         self._layers = [_LayerState() for _ in range(num_layers)]
+        self._rows: torch.Tensor | None = None  # (L, b, Hkv, G, R, capacity): every layer's ring
+        self._run: torch.Tensor | None = None  # (L, b, Hkv, G, capacity): every layer's running sum
+
+    def _reserve(self, probs: torch.Tensor, n: int) -> None:
+        """Room for ``n`` entries in every layer (new columns zero); ``probs`` is one layer's (b, Hkv, G, q, n)."""
+        rows = self._rows
+        if rows is not None and n <= rows.shape[-1] and rows.shape[1:4] == probs.shape[:3]:
+            return
+        cap = 0 if rows is None else rows.shape[-1]
+        new = max(n, 2 * cap, 64)
+        grown_rows = probs.new_zeros(len(self._layers), *probs.shape[:3], self.history, new)
+        grown_run = probs.new_zeros(len(self._layers), *probs.shape[:3], new)
+        if rows is not None:
+            grown_rows[..., :cap], grown_run[..., :cap] = rows, self._run
+        self._rows, self._run = grown_rows, grown_run
+        for i, st in enumerate(self._layers):
+            st.rows, st.run = grown_rows[i], grown_run[i]
 
     # -- observation ----------------------------------------------------------------------------------------------
     def observe(self, view: StepView) -> None:
@@ -221,7 +225,8 @@ class FeatureExtractor:
         probs = view.probs  # (b, h, g, q, n), fp32, zero where masked
         q, n = probs.shape[3], probs.shape[4]
         history = self.history
-        st.reserve(probs, history)
+        self._reserve(probs, n)
+        st.n = n
         if q == 1:  # a decode step: one row, written to its ring slot by a plain copy (no index tensor)
             row = probs[:, :, :, 0]
             st.run[..., :n].add_(row)  # the sum over a single row is the row itself
@@ -233,6 +238,28 @@ class FeatureExtractor:
             st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
         st.head += q
         st.filled = min(st.filled + q, history)
+
+    def observe_layers(self, view: LayersView) -> None:
+        """:meth:`observe` for a decode step of every layer at once (``view.probs`` (L, b, Hkv, G, 1, n)): the same
+        copies and additions on the stacked storage."""
+        if not self.needs_attention:
+            return
+        layers = self._layers
+        probs = view.probs
+        n = probs.shape[-1]
+        if len({(st.n, st.head) for st in layers}) != 1:  # layers out of step: one by one
+            for i in range(view.num_layers):
+                self.observe(view.layer(i))
+            return
+        history = self.history
+        self._reserve(probs[0], n)
+        row = probs[:, :, :, :, 0]  # (L, b, Hkv, G, n)
+        self._run[..., :n].add_(row)
+        self._rows[:, :, :, :, layers[0].head % history, :n].copy_(row)
+        for st in layers:
+            st.n = n
+            st.head += 1
+            st.filled = min(st.filled + 1, history)
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:

@@ -55,6 +55,9 @@ class SharedBuffers:
         """(L, batch, Hkv, n, d) view of every layer's keys."""
         return self.tensors[0][:, :, :, :n]
 
+    def values(self, n: int) -> torch.Tensor:
+        return self.tensors[1][:, :, :, :n]
+
     def positions(self, n: int) -> torch.Tensor:
         """(L, batch, Hkv, n) view of every layer's logical positions."""
         return self.tensors[2][:, :, :, :n]

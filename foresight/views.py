@@ -1,8 +1,9 @@
 """What a policy sees: read-only views of one layer at a forward step and at an eviction event.
 
-This module sits at the bottom of the house: the cache builds these views, the ``"foresight"`` attention function
-hands queries to the cache, and policies and the feature extractor read the views. It imports nothing from the
-package, so none of them has to import another to share these types.
+This module sits at the bottom of the house: the cache builds these views (per layer, or of every layer at once
+for a decode step), the ``"foresight"`` attention function hands queries to the cache, and policies and the
+feature extractor read the views. It imports nothing from the package, so none of them has to import another to
+share these types.
 """
 
 from __future__ import annotations
@@ -85,6 +86,48 @@ class StepView:
         if self._probs is None:
             self._probs = attention_probs(self.query, self.keys, self.mask, self.scaling)
         return self._probs
+
+
+@dataclass
+class LayersView:
+    """What a policy sees of *every* layer at one decode step, at once (read-only; ``observe_layers``).
+
+    The cache hands it over at the end of a step whose queries are one row per sequence with no mask (a decode
+    step without padding): ``query`` (L, batch, Hq, 1, d) the post-RoPE queries of every layer, ``keys`` (L, batch,
+    Hkv, n, d) and ``positions``/``valid`` (L, batch, Hkv, n) every layer's cache including the new token,
+    ``query_positions`` (batch, 1). :attr:`probs` is the attention of all layers in one batched product, equal bit
+    for bit to each layer's :attr:`StepView.probs`; :meth:`layer` is one layer's :class:`StepView` of it.
+    """
+
+    query: torch.Tensor
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    query_positions: torch.Tensor
+    step: int
+    scaling: float | None = None
+    _probs: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def num_layers(self) -> int:
+        return self.keys.shape[0]
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """fp32 attention of every layer's new query over its cache, (L, batch, Hkv, G, 1, n); computed once."""
+        if self._probs is None:
+            lb = self.keys.shape[:2]
+            flat = attention_probs(self.query.flatten(0, 1), self.keys.flatten(0, 1), None, self.scaling)
+            self._probs = flat.unflatten(0, lb)
+        return self._probs
+
+    def layer(self, i: int) -> StepView:
+        """Layer ``i``'s :class:`StepView` (sharing :attr:`probs` once they are computed)."""
+        return StepView(layer_idx=i, query=self.query[i], keys=self.keys[i], values=self.values[i],
+                        positions=self.positions[i], valid=self.valid[i], query_positions=self.query_positions,
+                        mask=None, step=self.step, scaling=self.scaling,
+                        _probs=None if self._probs is None else self._probs[i])
 
 
 @dataclass

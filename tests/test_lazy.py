@@ -220,17 +220,31 @@ def random_attention(n: int, batch: int = 1, seed: int = 7):
 def test_bookkeeping_matches_naive_reference(chunk, entry, prompt):
     policy = with_prompt(lazy(entry, alpha=0.06), prompt)
     naive = NaiveLazy(0.06, policy.eps, entry, prompt or [0])
-    checked = []
-    observe, score = policy.observe, policy.score
+    checked, batched = [], []
+    observe, observe_layers, score = policy.observe, policy.observe_layers, policy.score
 
-    def observe_both(view):
-        naive.observe(view.probs, view.positions, view.query_positions)
-        observe(view)
+    def check(positions):
         last, mri = policy.state.get(0, "last"), policy.state.get(0, "mri")
         for h in range(last.shape[1]):
             for j in range(last.shape[2]):
-                key = (0, h, int(view.positions[0, h, j]))
+                key = (0, h, int(positions[0, h, j]))
                 assert (last[0, h, j].item(), mri[0, h, j].item()) == (naive.last[key], naive.mri[key])
+
+    per_layer = []
+
+    def observe_both(view):
+        per_layer.append(view.layer_idx)
+        naive.observe(view.probs, view.positions, view.query_positions)
+        observe(view)
+        check(view.positions)
+
+    def observe_layers_both(view):  # decode steps (one query row, no mask) come as a view of every layer
+        per_layer.clear()
+        observe_layers(view)
+        if not per_layer:  # all layers at once (not handed back to observe layer by layer)
+            naive.observe(view.probs[0], view.positions[0], view.query_positions)
+            check(view.positions[0])
+            batched.append(True)
 
     def score_both(view):
         s = score(view)
@@ -242,10 +256,11 @@ def test_bookkeeping_matches_naive_reference(chunk, entry, prompt):
         checked.append(True)
         return s
 
-    policy.observe, policy.score = observe_both, score_both
+    policy.observe, policy.observe_layers, policy.score = observe_both, observe_layers_both, score_both
     keys, queries = random_attention(70)
     cache = drive(policy, keys, queries, chunk=chunk)
     assert cache.events >= 5 and len(checked) == cache.events
+    assert batched or chunk > 1  # token by token, every variant reaches the all-layers path
     mri = policy.state.get(0, "mri")
     assert (mri > 0).any() and (mri == 0).any()
 

@@ -4,7 +4,9 @@ A policy is a dataclass (its fields are its validated hyperparameters) with up t
 
 * :meth:`EvictionPolicy.reset` when a new batch of sequences starts;
 * :meth:`EvictionPolicy.observe` on every forward step of every layer, with the new tokens' post-RoPE queries
-  (only called when ``observes = True``, so policies that need no attention cost nothing);
+  (only called when ``observes = True``, so policies that need no attention cost nothing); a policy that sets
+  ``observes_layers = True`` gets a decode step of every layer at once instead (:meth:`EvictionPolicy.observe_layers`,
+  one batched attention, no per-layer calls), and must leave the same state as ``observe`` layer by layer;
 * :meth:`EvictionPolicy.score` at an eviction event: one score per candidate, higher = keep;
 * :meth:`EvictionPolicy.on_evict` after the runtime gathered the kept entries, so per-entry state stays
   aligned with the cache. :class:`EntryState` does that bookkeeping for the common case.
@@ -19,7 +21,7 @@ from typing import ClassVar
 
 import torch
 
-from foresight.views import EvictView, StepView
+from foresight.views import EvictView, LayersView, StepView
 
 
 @dataclass
@@ -28,6 +30,7 @@ class EvictionPolicy:
 
     name: ClassVar[str] = ""
     observes: ClassVar[bool] = False
+    observes_layers: ClassVar[bool] = False  # takes decode steps through observe_layers (all layers at once)
     evicts: ClassVar[bool] = True
     replay_only: ClassVar[bool] = False
 
@@ -39,6 +42,12 @@ class EvictionPolicy:
 
     def observe(self, view: StepView) -> None:
         """See one layer's new queries (only when ``observes`` is True)."""
+
+    def observe_layers(self, view: LayersView) -> None:
+        """See every layer's new query of one decode step (only when ``observes_layers`` is True); the result must
+        equal :meth:`observe` on ``view.layer(i)`` for each layer ``i``, which is what this default does."""
+        for i in range(view.num_layers):
+            self.observe(view.layer(i))
 
     def score(self, view: EvictView) -> torch.Tensor:
         """Return (batch, Hkv, num_candidates) scores, higher = keep."""

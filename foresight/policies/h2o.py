@@ -37,6 +37,7 @@ class H2OPolicy(EvictionPolicy):
 
     name = "h2o"
     observes = True
+    observes_layers = True
     attention_score = True  # nonnegative attention mass: usable inside ``caote``
     group_reduce: str = "sum"
 
@@ -46,33 +47,59 @@ class H2OPolicy(EvictionPolicy):
     def reset(self, batch_size, num_layers, device, **meta):
         self.state = EntryState()
         self.state.reset(num_layers)
-        # per layer: the accumulated attention in a capacity buffer (b, Hkv, capacity), zero past the cache's
-        # entries, so a decode step adds its row in place instead of allocating a new accumulator
-        self._buf: list[torch.Tensor | None] = [None] * num_layers
+        # the accumulated attention of every layer in one capacity buffer (L, b, Hkv, capacity), zero past each
+        # layer's entries: a step adds its row in place, for one layer or for all layers at once
+        self._acc: torch.Tensor | None = None
+        self._n = [0] * num_layers
+
+    def _received(self, p):
+        """Attention each entry received from a step: (..., Hkv, G, q, n) probabilities -> (..., Hkv, n)."""
+        if self.group_reduce == "sum":
+            return p.sum(dim=(-3, -2))
+        return reduce_group(p, self.group_reduce, dim=-3).sum(dim=-2)
+
+    def _reserve(self, like: torch.Tensor, n: int) -> None:
+        """Room for ``n`` entries in every layer (``like``: one layer's (b, Hkv, n) row)."""
+        acc = self._acc
+        if acc is not None and n <= acc.shape[-1] and acc.shape[1:3] == like.shape[:2]:
+            return
+        cap = 0 if acc is None else acc.shape[-1]
+        grown = like.new_zeros(len(self._n), *like.shape[:2], max(n, 2 * cap, 64))
+        if acc is not None:
+            grown[..., :cap] = acc
+        self._acc = grown
+        for layer, have in enumerate(self._n):
+            self.state.set(layer, "acc", grown[layer, ..., :have])
 
     def observe(self, view):
-        p = view.probs  # (b, Hkv, G, q, n)
-        a = p.sum(dim=(2, 3)) if self.group_reduce == "sum" else reduce_group(p, self.group_reduce).sum(dim=2)
+        a = self._received(view.probs)  # (b, Hkv, n)
         layer, n = view.layer_idx, a.shape[-1]
-        buf = self._buf[layer]
-        if buf is None or n > buf.shape[-1]:
-            grown = a.new_zeros(*a.shape[:2], max(n, 2 * (0 if buf is None else buf.shape[-1]), 64))
-            if buf is not None:
-                have = self.state.get(layer, "acc").shape[-1]
-                grown[..., :have] = buf[..., :have]
-            buf = self._buf[layer] = grown
-        acc = buf[..., :n]
+        self._reserve(a, n)
+        acc = self._acc[layer, ..., :n]
         acc.add_(a)  # new entries start at 0; IEEE addition commutes, so this equals a + acc bit for bit
+        self._n[layer] = n
         self.state.set(layer, "acc", acc)
+
+    def observe_layers(self, view):
+        if len(set(self._n)) != 1:  # layers out of step (not in a decode step of a whole model): one by one
+            return super().observe_layers(view)
+        a = self._received(view.probs)  # (L, b, Hkv, n)
+        n = a.shape[-1]
+        self._reserve(a[0], n)
+        self._acc[..., :n].add_(a)
+        for layer in range(len(self._n)):
+            self._n[layer] = n
+            self.state.set(layer, "acc", self._acc[layer, ..., :n])
 
     def score(self, view):
         return self.state.get(view.layer_idx, "acc")[..., : view.num_candidates].clone()  # the buffer changes later
 
     def on_evict(self, layer_idx, keep):
-        buf, acc = self._buf[layer_idx], self.state.get(layer_idx, "acc")
-        if buf is None:
+        if self._acc is None:
             return
-        k, n = keep.shape[-1], acc.shape[-1]
-        buf[..., :k] = acc.gather(-1, keep)
-        buf[..., k:n].zero_()
-        self.state.set(layer_idx, "acc", buf[..., :k])
+        k, n = keep.shape[-1], self._n[layer_idx]
+        acc = self._acc[layer_idx]
+        acc[..., :k] = acc[..., :n].gather(-1, keep)
+        acc[..., k:n].zero_()
+        self._n[layer_idx] = k
+        self.state.set(layer_idx, "acc", acc[..., :k])

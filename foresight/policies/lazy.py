@@ -83,6 +83,7 @@ class LazyEvictionPolicy(EvictionPolicy):
 
     name = "lazy"
     observes = True
+    observes_layers = True
     alpha: float = 1e-4
     eps: float = 1e-5
     group_reduce: str = "max"
@@ -113,9 +114,10 @@ class LazyEvictionPolicy(EvictionPolicy):
         # per layer: (b,) rows whose prompt tokens were already reset at their first decode step
         self._decoding: list[torch.Tensor | None] = [None] * num_layers
         self._past_prompt = [self._prompt is None] * num_layers  # every row decodes: the prompt rule is done
-        # per layer: last and mri in capacity buffers (b, Hkv, capacity), entries past `_n` kept at mri = 0, so
-        # a decode step appends and updates in place instead of concatenating and padding
-        self._buf: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
+        # last and mri of every layer in capacity buffers (L, b, Hkv, capacity), entries past a layer's `_n` kept
+        # at mri = 0: a decode step appends and updates in place, for one layer or all layers at once
+        self._last: torch.Tensor | None = None
+        self._mri: torch.Tensor | None = None
         self._n = [0] * num_layers
 
     def observe(self, view):
@@ -151,21 +153,49 @@ class LazyEvictionPolicy(EvictionPolicy):
         self.state.set(layer, "mri", mri)
         self._t[layer] = t[:, -1]
 
+    def observe_layers(self, view):
+        n = view.keys.shape[-2]
+        if not all(self._past_prompt) or len(set(self._n)) != 1 or self._n[0] >= n:
+            return super().observe_layers(view)  # the published prompt rule, or layers out of step: one by one
+        have = self._n[0]
+        self._reserve(view.positions[0], n)
+        last, mri = self._last[..., :n], self._mri[..., :n]
+        torch.sub(view.positions[..., have:n], 0 if self.entry == "fresh" else 1, out=last[..., have:n])
+        act = reduce_group(view.probs, self.group_reduce, dim=3)[..., 0, :] >= self.alpha  # (L, b, Hkv, n)
+        t = view.query_positions  # (b, 1)
+        tt = t.view(1, -1, 1, 1)
+        torch.maximum(mri, (tt - last) * act, out=mri)  # as _activate, for every layer at once
+        torch.where(act, tt, last, out=last)
+        for layer in range(len(self._n)):
+            self._n[layer] = n
+            self.state.set(layer, "last", last[layer])
+            self.state.set(layer, "mri", mri[layer])
+            self._t[layer] = t[:, -1]
+
+    def _reserve(self, like: torch.Tensor, n: int) -> None:
+        """Room for ``n`` entries in every layer (``like``: one layer's (b, Hkv, n) positions)."""
+        cur = self._last
+        if cur is not None and n <= cur.shape[-1] and cur.shape[1:3] == like.shape[:2]:
+            return
+        cap = 0 if cur is None else cur.shape[-1]
+        grown = [like.new_zeros(len(self._n), *like.shape[:2], max(n, 2 * cap, 64)) for _ in range(2)]
+        if cur is not None:
+            grown[0][..., :cap], grown[1][..., :cap] = self._last, self._mri
+        self._last, self._mri = grown
+        for layer, have in enumerate(self._n):
+            self.state.set(layer, "last", self._last[layer, ..., :have])
+            self.state.set(layer, "mri", self._mri[layer, ..., :have])
+
     def _grow(self, layer: int, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``last``/``mri`` over the cache's ``n`` entries, views of the layer's buffers (new entries:
         ``last = t - 1`` or ``t``, ``mri = 0``)."""
-        buf, have = self._buf[layer], self._n[layer]
-        if buf is None or n > buf[0].shape[-1]:
-            cap = max(n, 2 * have, 64)
-            grown = (positions.new_zeros(*positions.shape[:2], cap), positions.new_zeros(*positions.shape[:2], cap))
-            if have:
-                for dst, src in zip(grown, buf):
-                    dst[..., :have] = src[..., :have]
-            buf = self._buf[layer] = grown
+        have = self._n[layer]
+        self._reserve(positions, n)
+        last, mri = self._last[layer, ..., :n], self._mri[layer, ..., :n]
         if have < n:
-            torch.sub(positions[..., have:n], 0 if self.entry == "fresh" else 1, out=buf[0][..., have:n])
+            torch.sub(positions[..., have:n], 0 if self.entry == "fresh" else 1, out=last[..., have:n])
         self._n[layer] = n
-        return buf[0][..., :n], buf[1][..., :n]
+        return last, mri
 
     def score(self, view):
         layer, nc = view.layer_idx, view.num_candidates
@@ -177,16 +207,15 @@ class LazyEvictionPolicy(EvictionPolicy):
         return s1 + s2
 
     def on_evict(self, layer_idx, keep):
-        buf, n = self._buf[layer_idx], self._n[layer_idx]
-        if buf is None:
+        if self._last is None:
             return
-        k = keep.shape[-1]
-        for t in buf:
-            t[..., :k] = t[..., :n].gather(-1, keep)
-        buf[1][..., k:n].zero_()
+        k, n = keep.shape[-1], self._n[layer_idx]
+        for buf in (self._last[layer_idx], self._mri[layer_idx]):
+            buf[..., :k] = buf[..., :n].gather(-1, keep)
+        self._mri[layer_idx, ..., k:n].zero_()
         self._n[layer_idx] = k
-        self.state.set(layer_idx, "last", buf[0][..., :k])
-        self.state.set(layer_idx, "mri", buf[1][..., :k])
+        self.state.set(layer_idx, "last", self._last[layer_idx, ..., :k])
+        self.state.set(layer_idx, "mri", self._mri[layer_idx, ..., :k])
 
     def mri_quantile(self, q: float = 0.8) -> float:
         """The ``q``-quantile of the MRI over all cached tokens that recurred (the paper sizes ``W`` by it)."""

@@ -17,7 +17,7 @@ from foresight.policies.base import EvictionPolicy, check_range
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction
 from foresight.scorer import Scorer
-from foresight.views import EvictView, StepView
+from foresight.views import EvictView, LayersView, StepView
 
 SELECTIONS = ("topk", "sample")
 
@@ -44,6 +44,7 @@ class LearnedPolicy(EvictionPolicy):
 
     name: ClassVar[str] = "learned"
     observes: ClassVar[bool] = True
+    observes_layers: ClassVar[bool] = True
     scorer: Any = None
     selection: str = "topk"
     temperature: float | None = None
@@ -96,6 +97,9 @@ class LearnedPolicy(EvictionPolicy):
 
     def observe(self, view: StepView) -> None:
         self._extractor.observe(view)
+
+    def observe_layers(self, view: LayersView) -> None:
+        self._extractor.observe_layers(view)
 
     @torch.no_grad()
     def score(self, view: EvictView) -> torch.Tensor:
