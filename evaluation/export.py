@@ -25,8 +25,10 @@ import torch
 
 from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, paired_with,
                                        resolve_adapter_dir, write_adapter)
+from foresight import __version__
 from foresight.config import read_json
 from foresight.errors import ForesightError
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
 
 ONNX_NAME = "scorer.onnx"
 
@@ -34,8 +36,6 @@ ONNX_NAME = "scorer.onnx"
 def resolve_scorer_dir(path: str | Path) -> Path:
     """A scorer directory from ``path``: the directory itself, its ``scorer/`` (training output) or the
     ``scorer/`` of its newest checkpoint (``checkpoints/latest``)."""
-    from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
-
     path = resolve_scorer(path)  # a shipped scorer's short name works too
     if not path.exists():
         raise ForesightError(f"scorer path not found: {path}")
@@ -184,7 +184,7 @@ class _AllLayers(torch.nn.Module):
 def export_onnx(scorer, path: Path, atol: float = 1e-5, opset: int = 18) -> float:
     """Export ``scorer(x)`` (all layers) to ONNX with dynamic batch and n; return the max |ONNX - PyTorch|
     over random inputs of two shapes, raising if it exceeds ``atol``."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional (the onnx extra): only the export needs it
 
     cfg = scorer.config
     scorer = scorer.float().eval()
@@ -261,9 +261,6 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     Returns ``{"out", "scorer_dir", "onnx_max_abs_diff", "fidelity_source", "adapter"}`` (``adapter``: None, or
     its policy, B, W, weights SHA-256 and whether the scorer was bound to it).
     """
-    from foresight import __version__
-    from foresight.scorer import Scorer
-
     src = Path(src)
     scorer_dir = resolve_scorer_dir(src)
     out = Path(out)

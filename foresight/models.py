@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import transformers
+from tokenizers import Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from foresight.adapters import attach_adapter, read_adapter_config
 from foresight.attention import ATTN_IMPLEMENTATION, register_attention
@@ -68,12 +72,9 @@ _CHAT_TEMPLATE = (
 
 def byte_tokenizer():
     """A deterministic byte-level tokenizer (256 byte tokens + chat specials) needing no download."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None))
+    tok = Tokenizer(BPE(vocab=vocab, merges=[], unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(_SPECIAL_TOKENS)
@@ -104,8 +105,6 @@ TINY_MODELS: dict[str, TinySpec] = {
 
 def build_tiny_model(name: str, seed: int = 0):
     """Build a tiny random causal LM (2 layers, 4 query heads, 2 KV heads, vocab 261) with a fixed seed."""
-    import transformers
-
     spec = TINY_MODELS[name]
     tokenizer = byte_tokenizer()
     config = getattr(transformers, spec.config_class)(
@@ -159,8 +158,6 @@ def _require_gguf() -> None:
 
 def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     """Dequantise ``gguf_file`` once and save model + tokenizer as safetensors in ``out_dir`` (atomically)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     _require_gguf()
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
@@ -201,8 +198,6 @@ BUILTIN_MODELS: dict[str, Callable[[], Path] | None] = {
 
 
 def _load_pretrained(path: str | Path, dtype: torch.dtype, gguf_file: str | None = None):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)

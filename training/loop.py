@@ -32,7 +32,7 @@ from foresight.adapters import ADAPTER_WEIGHTS
 from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
 from training import checkpoint as ckpt
 from training.digests import digest, digest_files
-from training.distributed import DistInfo, all_reduce, barrier, build_engine, load_ds_config
+from training.distributed import DistInfo, all_reduce, barrier, build_engine, init_distributed, load_ds_config
 from training.logging import REPORTERS, MetricsLogger
 from training.settings_check import check_settings
 
@@ -311,8 +311,6 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
     ``before_train(task, logger)`` may evaluate the initial model (rank 0) and returns what goes into the summary
     as ``eval_before``.
     """
-    from training.distributed import init_distributed
-
     dist = init_distributed(cfg.device)
     if resume:  # fail fast, before the (possibly long) data preparation: no checkpoint, or other settings
         path, manifest = ckpt.find_latest(cfg.out_dir)
