@@ -312,3 +312,27 @@ def test_feature_subsets_are_columns_of_the_full_set():
         torch.testing.assert_close(a.index_select(-1, cols), b)
     with pytest.raises(ValueError):
         feature_columns(("age",), ("key", "attn"), 16, 2)
+
+
+def test_every_shipped_scorer_loads_and_matches_its_name():
+    """The pretrained scorers committed under foresight/scorers/ load by short name (weights finite, checked on
+    load) and were trained at the B and W their name says, for the model their name says."""
+    from foresight.scorer import shipped_scorers
+
+    shipped = shipped_scorers()
+    assert "smollm2-135m-b64-w16" in shipped
+    for name in shipped:
+        cfg = Scorer.from_pretrained(name).config
+        model, b, w = name.rsplit("-", 2)
+        assert (f"b{cfg.budget}", f"w{cfg.interval}") == (b, w)
+        assert cfg.fingerprint["model"] == model
+
+
+@pytest.mark.slow
+def test_shipped_scorer_drives_the_default_model(smollm2):
+    """The shipped B=64/W=16 scorer fits SmolLM2-135M (the fingerprint check runs at reset) and evicts."""
+    model, tok = smollm2
+    pol = make_policy("learned", scorer="smollm2-135m-b64-w16")
+    res = foresight.generate(model, tok, ["What is 12 * 13? Think step by step."], policy=pol, budget=64,
+                             interval=16, max_new_tokens=80, stop_on_eos=False)
+    assert res.stats["evictions"] > 0 and max(res.stats["peak_entries"]) <= 64 + 16

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The quality recipe on the default model (CPU, 2 cores): traces of the 336 training problems and the 64 held-out
+# problems of benchmarks/quality/heldout_problems.txt -> golden labels at B/W -> SL with DAgger rounds -> the
+# quality benchmark (every heuristic, golden, SL, SL+DAgger) on the held-out traces -> the scorer exported.
+# Every stage resumes when rerun (kill it at any point and run the same command again).
+#
+#   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems
+#   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
+#   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
+#
+# Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
+# one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+E=${E:-runs/quality}
+B=${B:-64}
+W=${W:-16}
+TRAIN=${TRAIN:-0}        # 0: every finished training trace
+HELDOUT=${HELDOUT:-64}
+STEPS=${STEPS:-600}
+ROUNDS=${ROUNDS:-2}
+export OMP_NUM_THREADS=1
+stamp() { echo "== $(date -u +%FT%TZ) $*"; }
+
+two_ranks() {  # run a sharded foresight job as two single-threaded ranks
+    RANK=0 WORLD_SIZE=2 "$@" & local p0=$!
+    RANK=1 WORLD_SIZE=2 "$@" & local p1=$!
+    wait $p0 && wait $p1
+}
+
+stamp split
+$PY benchmarks/quality/split.py $E/split
+stamp "held-out traces"
+two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/heldout.jsonl --limit $HELDOUT \
+    --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/heldout_traces --no-progress
+stamp "training traces"
+two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/train.jsonl \
+    --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/train_traces --no-progress
+limit=""; [ "$TRAIN" != 0 ] && limit="--limit $TRAIN"
+stamp "golden labels B=$B W=$W"
+two_ranks $PY -m foresight golden --traces $E/heldout_traces --out $E/golden_heldout_B${B}_W${W} \
+    --budget $B --interval $W --no-progress
+two_ranks $PY -m foresight golden --traces $E/train_traces --out $E/golden_train_B${B}_W${W} $limit \
+    --budget $B --interval $W --no-progress
+stamp "SL + $ROUNDS DAgger rounds"
+SL=$E/sl_B${B}_W${W}
+resume=""; [ -f $SL/rounds/dagger.json ] && resume="--resume"
+DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port 29811 \
+    -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B${B}_W${W} \
+    budget=$B interval=$W heldout=8 steps=$STEPS eval_fidelity=false replay_batch_size=4 \
+    feature_set=[key,value,attn,age] pair_weight=gap dagger_rounds=$ROUNDS dagger_beta=0.5 \
+    feature_cache=$E/features out_dir=$SL $resume
+stamp "quality benchmark"
+$PY benchmarks/quality/run.py --model smollm2-135m --traces $E/heldout_traces \
+    --setting $B:$W=$E/golden_heldout_B${B}_W${W} --scorer sl=$SL/rounds/round-0/scorer --scorer dagger=$SL/scorer \
+    --out $E/quality_B${B}_W${W}
+stamp done
