@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 from evaluation.grading import grade
 from foresight.config import read_json
 from foresight.errors import ForesightError
+from foresight.generation import eos_token_ids, generate
 from foresight.prompts import build_prompt
-from foresight.runtime import eos_token_ids, generate
 from golden.traces import trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"

@@ -17,9 +17,10 @@ from typing import Callable, Sequence
 import torch
 
 from foresight.errors import ForesightError
+from foresight.generation import generate
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
-from foresight.runtime import CacheConfig, generate
+from foresight.schedule import CacheConfig
 
 DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
                  "How many clips did Natalia sell altogether in April and May?"

@@ -5,17 +5,11 @@ The public API: :func:`load_model`, :class:`BudgetedCache` (a drop-in ``past_key
 """
 
 from foresight.cache import BudgetedCache
-from foresight.models import DEFAULT_MODEL, ModelLoadError, load_model, model_fingerprint
+from foresight.generation import GenerationResult, generate
+from foresight.models import DEFAULT_MODEL, ModelLoadError, UnsupportedModelError, load_model, model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy, policy_names, register_policy
-from foresight.runtime import (
-    CacheConfig,
-    GenerationResult,
-    ReplayResult,
-    UnsupportedModelError,
-    generate,
-    replay,
-    replay_schedule,
-)
+from foresight.runtime import ReplayResult, replay
+from foresight.schedule import CacheConfig, replay_schedule
 
 __version__ = "0.1.0"
 

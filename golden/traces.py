@@ -23,9 +23,9 @@ from tqdm.auto import tqdm
 # this module (the train command lists the trainers, and GRPO imports load_traces).
 from foresight.data import Problem
 from foresight.errors import ForesightError
+from foresight.generation import eos_token_ids, generate
 from foresight.models import model_fingerprint
 from foresight.prompts import build_prompt, load_template
-from foresight.runtime import eos_token_ids, generate
 from golden.sharding import (
     SHARDS_DIR,
     atomic_output,
