@@ -42,11 +42,10 @@ from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
-from training import checkpoint as ckpt
 from training.adapt_config import AdaptConfig
 from training.adapt_student import EvictedStudent, distillation_loss
 from training.digests import digest_files, digest_rows
-from training.loop import run_task, task_model
+from training.loop import evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
 from training.registry import register_trainer
 
@@ -199,22 +198,13 @@ class AdaptTask:
 def run_adapt(cfg: AdaptConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """KL distillation of the LM under eviction into a LoRA adapter; writes ``<out_dir>/adapter`` and
     ``summary.json``."""
-    def evaluate_first(task, logger) -> dict:
-        fresh = not (resume and ckpt.latest_step(Path(cfg.out_dir)) is not None)
-        if not (cfg.eval_before and fresh):
-            return {}
-        before = task.evaluate(0, final=False)
-        if before:
-            logger.log(0, before, "eval")
-        return before
-
     return run_task(
         cfg, lambda dist: AdaptTask(cfg, dist, model=model), resume=resume,
         describe=lambda task: (f"adapt: {len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces, "
                                f"policy {cfg.policy} B={cfg.budget} W={cfg.interval}, LoRA r={cfg.lora_r} on "
                                f"{', '.join(cfg.target_modules)} "
                                f"({sum(p.numel() for p in task.module.parameters()):,} weights)"),
-        before_train=evaluate_first,
+        before_train=evaluate_before(cfg, resume),
     )
 
 

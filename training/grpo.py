@@ -26,7 +26,6 @@ https://arxiv.org/abs/1707.06347), ForesightKV's MDP formulation of eviction.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -42,10 +41,9 @@ from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
-from training import checkpoint as ckpt
 from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
-from training.loop import run_task, task_model
+from training.loop import evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
 from training.registry import register_trainer
 from training.reward import episode_rewards, loss_ratio, reward_positions
@@ -278,21 +276,11 @@ class GRPOTask:
 @register_trainer("grpo", GRPOConfig, help="refine an SL scorer with GRPO on sampled eviction sets")
 def run_grpo(cfg: GRPOConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Rollouts + clipped surrogate through the shared loop; writes ``<out_dir>/scorer`` and ``summary.json``."""
-    def evaluate_first(task, logger) -> dict:
-        fresh = not (resume and ckpt.latest_step(Path(cfg.out_dir)) is not None)
-        if not (cfg.eval_before and fresh):
-            return {}
-        before = task.evaluate(0, final=False)
-        if before:
-            logger.log(0, before, "eval")
-            print(f"[foresight] before GRPO: {json.dumps(before)}", flush=True)
-        return before
-
     return run_task(
         cfg, lambda dist: GRPOTask(cfg, dist, model=model), resume=resume,
         describe=lambda task: (f"GRPO: {len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces, "
                                f"B={task.budget} W={task.interval} G={cfg.group_size}"),
-        before_train=evaluate_first,
+        before_train=evaluate_before(cfg, resume, "GRPO"),
     )
 
 

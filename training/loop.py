@@ -301,6 +301,23 @@ def task_model(cfg: TrainerConfig, dist: DistInfo, model=None):
     return model
 
 
+def evaluate_before(cfg: TrainerConfig, resume: bool, name: str = "") -> Callable[[Task, MetricsLogger], dict]:
+    """A ``before_train`` hook for :func:`run_task`: with ``cfg.eval_before`` on a fresh run (not a resume that
+    finds a checkpoint), evaluate the initial model at step 0, log it and (with ``name``) print it."""
+    def hook(task: Task, logger: MetricsLogger) -> dict:
+        fresh = not (resume and ckpt.latest_step(Path(cfg.out_dir)) is not None)
+        if not (getattr(cfg, "eval_before", False) and fresh):
+            return {}
+        before = task.evaluate(0, final=False)
+        if before:
+            logger.log(0, before, "eval")
+            if name:
+                print(f"[foresight] before {name}: {json.dumps(before)}", flush=True)
+        return before
+
+    return hook
+
+
 def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: bool = False,
              describe: Callable[[Task], str] | None = None,
              before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:
