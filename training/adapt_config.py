@@ -10,7 +10,7 @@ from foresight.config import ConfigError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
-from training.loop import TrainerConfig
+from training.trainer_config import TrainerConfig
 
 #: LoRA on every attention projection of the Llama/Qwen families (the default targets).
 ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -101,12 +101,12 @@ class AdaptConfig(TrainerConfig):
     def scorer_dir(self) -> Path:
         """The scorer directory (``scorer`` is a path or a shipped scorer's short name)."""
         return resolve_scorer(self.scorer)
-        if "scorer" in self.policy_kwargs:
-            raise ConfigError("policy_kwargs: give the scorer as the `scorer` key, not inside policy_kwargs")
 
     def build_policy(self, scorer=None):
         """The training policy (``learned`` with ``scorer``, a loaded :class:`~foresight.scorer.Scorer`, or the
         ``scorer`` directory)."""
+        if "scorer" in self.policy_kwargs:
+            raise ConfigError("policy_kwargs: give the scorer as the `scorer` key, not inside policy_kwargs")
         kwargs = dict(self.policy_kwargs)
         if self.policy == "learned":
             kwargs["scorer"] = scorer if scorer is not None else self.scorer
@@ -114,6 +114,10 @@ class AdaptConfig(TrainerConfig):
             policy = make_policy(self.policy, **kwargs)
         except ValueError as exc:
             raise ConfigError(f"policy_kwargs: {exc}") from None
+        try:
+            policy.check_cache(self.budget, self.interval)  # e.g. a scorer trained at another (B, W)
+        except ValueError as exc:
+            raise ConfigError(f"budget/interval: {exc}") from None
         return policy
 
     @classmethod

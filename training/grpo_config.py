@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
-from training.loop import TrainerConfig
+from training.trainer_config import TrainerConfig
 
 ADVANTAGES = ("episode", "per_event")
 

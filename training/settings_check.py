@@ -1,6 +1,6 @@
 """Refuse a ``--resume`` whose settings differ from the ones the saved state was trained with.
 
-The trainers record the settings that define a training (:func:`training.loop.resume_settings`; DAgger its
+The trainers record the settings that define a training (:func:`training.trainer_config.resume_settings`; DAgger its
 ``rounds/dagger.json``); :func:`check_settings` compares them after a JSON round trip (:func:`plain`) and names
 every differing key with both values.
 """

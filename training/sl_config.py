@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import golden  # noqa: F401  (registers the "golden" policy, a default of fidelity_policies)
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
-from training.loop import TrainerConfig
+from training.trainer_config import TrainerConfig
 from training.ranking import PAIR_WEIGHTS
 
 

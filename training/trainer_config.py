@@ -1,0 +1,115 @@
+"""The keys every trainer shares (optimisation, checkpointing, logging) and what a resume must match.
+
+:class:`TrainerConfig` is the base of each trainer's dataclass config (``SLConfig``, ``GRPOConfig``,
+``AdaptConfig``), validated on construction; :func:`resume_settings` is the record a ``--resume`` compares
+(:mod:`training.settings_check`); :func:`lr_lambda` is the schedule the loop (:mod:`training.loop`) steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import ClassVar
+
+from foresight.adapters import ADAPTER_WEIGHTS
+from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
+from training.digests import digest, digest_files
+from training.logging import REPORTERS
+
+
+@dataclass
+class TrainerConfig:
+    """Optimisation, checkpointing and logging keys common to every trainer (see ``configs/sl.yaml``)."""
+
+    #: Keys that do not define the training result, so ``--resume`` may change them (every other key must match
+    #: the checkpoint's; path keys whose *content* matters are replaced by the task's ``resume_identity()``).
+    RUN_CONTROL: ClassVar[frozenset] = frozenset({
+        "out_dir", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every", "deepspeed", "report_to",
+        "wandb_project", "run_name", "device", "max_steps_per_run",
+        "adapter"})  # by content: resume_settings records its weights' digest
+
+    out_dir: str = "runs/train"
+    steps: int = 200
+    lr: float = 1e-2
+    warmup_steps: int = 10
+    min_lr_ratio: float = 0.0
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch: int = 4
+    seed: int = 0
+    checkpoint_every: int = 50
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    eval_every: int = 0
+    deepspeed: str = "configs/deepspeed/zero0.json"
+    report_to: str = "none"
+    wandb_project: str = "foresightkv"
+    run_name: str | None = None
+    device: str | None = None
+    max_steps_per_run: int = 0
+    #: PEFT adapter directory loaded (merged) on top of the trainer's ``model`` (DESIGN.md section 4b); the model's
+    #: fingerprint then records it, so traces, labels and scorers made without it are refused.
+    adapter: str | None = None
+
+    def __post_init__(self):
+        check_fields(self)  # types first: every later check may compare numbers
+        for name in ("steps", "micro_batch"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every",
+                     "max_steps_per_run"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.grad_clip < 0 or self.weight_decay < 0:
+            raise ValueError("grad_clip and weight_decay must be >= 0")
+        if self.report_to not in REPORTERS:
+            raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
+        check_device(self.device, "device")
+        check_adapter(self.adapter, "adapter")
+        if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
+        read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainerConfig":
+        return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "config"))
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):
+    """Linear warmup over ``warmup`` steps, then cosine decay to ``min_ratio`` at ``total``."""
+
+    def f(step: int) -> float:
+        if warmup > 0 and step < warmup:
+            return (step + 1) / warmup
+        span = max(1, total - warmup)
+        progress = min(1.0, (step - warmup) / span)
+        return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return f
+
+
+def zero_stage(ds_config: dict) -> int:
+    return int((ds_config.get("zero_optimization") or {}).get("stage", 0))
+
+
+def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=None) -> dict:
+    """What defines a training run and must match on ``--resume``: the config minus ``RUN_CONTROL`` keys, the
+    world size, the DeepSpeed config (stage by itself, the rest as a digest) and, given ``task``, its
+    ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
+    out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
+    out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
+               deepspeed=digest([json.dumps(ds_config, sort_keys=True)]))
+    if cfg.adapter:  # only when set, so the settings of runs without one are what they always were
+        out["adapter"] = digest_files([Path(cfg.adapter) / ADAPTER_WEIGHTS])
+    if task is not None and hasattr(task, "resume_identity"):
+        out.update(task.resume_identity())
+    return out
