@@ -109,6 +109,10 @@ def run_accuracy(
         raise ForesightError("--samples and --batch-size must be positive")
     if not 0 <= rank < world_size:
         raise ForesightError(f"RANK={rank} is outside WORLD_SIZE={world_size}")
+    try:  # e.g. a scorer trained at another (B, W): refused before anything is written
+        policy.check_cache(settings["budget"], settings["interval"])
+    except ValueError as exc:
+        raise ForesightError(f"policy {policy.name!r}: {exc}") from None
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _check_settings(out, {**settings, "samples": samples, "num_problems": len(problems)})

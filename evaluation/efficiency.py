@@ -102,6 +102,10 @@ def benchmark(
             raise ForesightError(f"policy {p!r} is not available at B={budget}")
         if getattr(pol, "replay_only", False):
             raise ForesightError(f"policy {pol.name!r} only replays fixed traces; it cannot generate")
+        try:  # e.g. a scorer trained at another (B, W): refused before the first timed run
+            pol.check_cache(budget, interval)
+        except ValueError as exc:
+            raise ForesightError(f"policy {pol.name!r}: {exc}") from None
         built.setdefault(pol.name, pol)
     device = model.device
     timers = {name: _HookTimer(pol, device) for name, pol in built.items()}

@@ -211,15 +211,16 @@ def evaluate_fidelity(
     plan: list[tuple[str, int, EvictionPolicy]] = []
     for p in policies:
         for b in budgets:
-            if isinstance(p, EvictionPolicy):
-                plan.append((p.name, b, p))
-                continue
-            pol = factory(p, b)
+            name, pol = (p.name, p) if isinstance(p, EvictionPolicy) else (p, factory(p, b))
             if pol is None:
                 if on_skip:
                     on_skip(p, b, f"no {p!r} policy for B={b}, W={interval} (e.g. no golden labels for them)")
                 continue
-            plan.append((p, b, pol))
+            try:  # a policy that cannot run at this (B, W) (a scorer trained for another) fails before any compute
+                pol.check_cache(b, interval)
+            except ValueError as exc:
+                raise ForesightError(f"policy {name!r} at B={b}: {exc}") from None
+            plan.append((name, b, pol))
     # Labels meet traces here: a golden policy checks its labels against these exact token ids (hashes) and this
     # model now, before any compute (it checks again at every replay).
     all_ids = list(trace_ids) if trace_ids is not None else [str(i) for i in range(len(sequences))]

@@ -110,6 +110,19 @@ def test_grpo_trains_with_per_event_advantages(tiny_grpo, tmp_path):
     assert any(not torch.equal(init[k], final[k]) for k in ("w1", "w2", "b1"))
 
 
+def test_grpo_at_another_budget_records_the_setting_it_refined(tiny_grpo, tmp_path):
+    """GRPO may refine a scorer at a (B, W) other than its own (a deliberate choice in the config): it runs there
+    (the learned policy would refuse a silent mismatch), and the result records the setting it was refined at."""
+    from training.grpo import run_grpo
+
+    model, _ = get_model("tiny-llama")
+    out = run_grpo(_cfg(tiny_grpo, tmp_path / "b12", budget=12, interval=3, steps=2, eval_before=False),
+                   model=model)
+    assert out["finished"]
+    cfg = json.loads((tmp_path / "b12" / "scorer" / "config.json").read_text())
+    assert (cfg["budget"], cfg["interval"]) == (12, 3)
+
+
 def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
     from foresight.cli import main
 

@@ -177,6 +177,18 @@ def test_generate_refuses_a_scorer_of_another_model(llama_scorer, capsys):
     assert main([*args[:2], "tiny-llama", *args[3:]]) == 0  # the right model runs
 
 
+@pytest.mark.parametrize("budget, interval", [(2 * B, W), (B, W // 2)])
+def test_a_scorer_of_another_budget_or_interval_is_refused(llama_scorer, budget, interval, capsys):
+    """A scorer's features (its recent-query window is its W) and ranking belong to its (B, W): another cache
+    setting is an error, unless the user asks for a transfer experiment with any_budget=true."""
+    args = ["generate", "--model", "tiny-llama", "--prompt", "hello", "--policy", "learned", "--policy-arg",
+            f"scorer={llama_scorer}", "--budget", str(budget), "--interval", str(interval), "--max-new-tokens", "30"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"trained at B={B} W={W}, not B={budget} W={interval}" in err and len(err.splitlines()) == 1
+    assert main([*args, "--policy-arg", "any_budget=true"]) == 0
+
+
 def test_grpo_refuses_traces_of_another_model(llama_scorer, tmp_path):
     from training.grpo import GRPOConfig, run_grpo
 

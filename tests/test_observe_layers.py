@@ -19,9 +19,10 @@ L, HQ, HKV, D, B, W = 4, 6, 2, 16, 24, 8
 POLICIES = ["h2o", "lazy", "learned"]
 
 
-def build(name: str, fingerprint: dict, layers: bool):
-    if name == "learned":
-        cfg = ScorerConfig(fingerprint=fingerprint, budget=B, interval=W, feature_set=("key", "value", "attn", "age"))
+def build(name: str, fingerprint: dict, layers: bool, budget: int = B, interval: int = W):
+    if name == "learned":  # a scorer of the cache's own setting (another one is refused)
+        cfg = ScorerConfig(fingerprint=fingerprint, budget=budget, interval=interval,
+                           feature_set=("key", "value", "attn", "age"))
         policy = make_policy("learned", scorer=Scorer(cfg, seed=0))
     else:
         policy = make_policy(name)
@@ -114,7 +115,7 @@ def test_generation_is_the_same_either_way(model_name, name):
     fp = foresight.model_fingerprint(model)
     out = {}
     for layers in (False, True):
-        policy = build(name, fp, layers)
+        policy = build(name, fp, layers, budget=16, interval=4)
         rec = Recorder(policy)
         res = foresight.generate(model, tok, ["a b c d e f", "g h"], policy=policy, budget=16, interval=4,
                                  max_new_tokens=40, stop_on_eos=False)

@@ -131,14 +131,17 @@ def run_demo(cfg: DemoConfig) -> dict:
     held = set(split["heldout"])
     rows = [i for i, t in enumerate(traces["trace_id"]) if t in held]
     held_ds = traces.select(rows)
-    factory = make_factory(model=model, scorer=grpo["scorer"], golden=str(golden_root), interval=cfg.interval)
+    transfer = {"learned": {"any_budget": True}}  # one scorer (trained at cfg.budget) runs at every budget: noted
+    factory = make_factory(model=model, scorer=grpo["scorer"], golden=str(golden_root), interval=cfg.interval,
+                           policy_kwargs=transfer)
     skipped: list[str] = []
     records = evaluate_fidelity(model, held_ds["input_ids"], DEMO_POLICIES, cfg.budgets, cfg.interval,
                                 trace_ids=held_ds["trace_id"], policy_factory=factory, progress=True,
                                 on_skip=lambda n, b, why: skipped.append(f"skipped {n} at B={b}: {why}"))
     sl_records = evaluate_fidelity(model, held_ds["input_ids"], ["learned"], cfg.budgets, cfg.interval,
                                    trace_ids=held_ds["trace_id"],
-                                   policy_factory=make_factory(model=model, scorer=sl["scorer"]))
+                                   policy_factory=make_factory(model=model, scorer=sl["scorer"],
+                                                               policy_kwargs=transfer))
     for r in sl_records:
         r["policy"] = "learned (SL only)"
     records += sl_records

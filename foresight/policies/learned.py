@@ -40,6 +40,10 @@ class LearnedPolicy(EvictionPolicy):
         config, recorded by GRPO), else 1.0.
     seed
         Seed of the sampling generator, re-applied at every reset.
+    any_budget
+        Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
+        (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
+        (B, W) is refused rather than silently measured; turn it on for a deliberate transfer experiment.
     """
 
     name: ClassVar[str] = "learned"
@@ -49,6 +53,7 @@ class LearnedPolicy(EvictionPolicy):
     selection: str = "topk"
     temperature: float | None = None
     seed: int = 0
+    any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
     _gen: Any = field(default=None, init=False, repr=False)
@@ -64,6 +69,16 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer = self.scorer if isinstance(self.scorer, Scorer) else Scorer.from_pretrained(Path(self.scorer))
         self._scorer.eval()
         self._extractor = self._scorer.config.extractor()
+
+    def check_cache(self, budget, interval):
+        cfg = self._scorer.config
+        if self.any_budget or budget is None or (budget, interval) == (cfg.budget, cfg.interval):
+            return
+        raise ValueError(
+            f"scorer {self._scorer.source or '(in memory)'} was trained at B={cfg.budget} W={cfg.interval}, not "
+            f"B={budget} W={interval} (its recent-query window is its W); use a scorer trained for this setting, or "
+            "policy argument any_budget=true for a deliberate transfer experiment"
+        )
 
     @property
     def sampling_temperature(self) -> float:
