@@ -163,7 +163,7 @@ def test_sl_standardisation_is_fitted_on_events_of_all_training_traces(tmp_path,
     monkeypatch.setattr(sl, "NORMALIZER_EVENTS", 16)
     data = _make_data(tmp_path / "data")
     task = sl.SLTask(_cfg(data, tmp_path / "run"), DistInfo(0, 1, 0, torch.device("cpu")))
-    feats = task.train["features"].float()  # (E, L, K, C, D): events of the training traces, in trace order
+    feats = task.train["features"][:].float()  # (E, L, K, C, D): events of the training traces, in trace order
     num = feats.shape[0]
     idx = sl.normalizer_sample(num, task.cfg.seed, 16)
     per_trace = torch.tensor([len(task.labels[r["trace_id"]].events) for r in task.train_rows])

@@ -55,6 +55,7 @@ from training.digests import digest
 from training.distributed import barrier, init_distributed, load_ds_config
 from training.logging import MetricsLogger
 from training.loop import resume_settings, train
+from training.mapped_events import EventFeatures
 from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
 from training.settings_check import check_settings, plain
 
@@ -127,9 +128,11 @@ def _aggregate(task, golden: dict, cfg, r: int) -> dict:
     for k in range(1, r + 1):
         evs = [load_rows(f) for row in task.train_rows if (f := rows_file(cfg.out_dir, k, row["trace_id"])).exists()]
         if evs:
-            parts.append({"features": torch.cat([e.features.index_select(-1, task.columns) for e in evs]),
+            parts.append({"features": EventFeatures([e.features for e in evs], task.columns),
                           **{n: torch.cat([getattr(e, n) for e in evs]) for n in ("alpha", "evicted", "positions")}})
-    return {n: torch.cat([p[n] for p in parts]) for n in ("features", "alpha", "evicted", "positions")}
+    out = {n: torch.cat([p[n] for p in parts]) for n in ("alpha", "evicted", "positions")}
+    out["features"] = EventFeatures.cat([p["features"] for p in parts])  # still read in place
+    return out
 
 
 def _round_record(r: int, beta: float, golden_events: int, task, ev: dict) -> dict:

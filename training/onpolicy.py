@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
-from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay
+from training.mapped_events import map_safetensors
 
 ROWS_FORMAT = "foresight-dagger-rows/1"
 
@@ -50,14 +50,14 @@ def save_rows(path: Path, rows: Rows) -> None:
 
 
 def load_rows(path: Path) -> Rows:
+    """A rows file; its features stay memory-mapped (:mod:`training.mapped_events`)."""
     try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            t = {k: f.get_tensor(k) for k in f.keys()}
+        meta, t = map_safetensors(path)
         if meta.get("format") != ROWS_FORMAT:
             raise ValueError(f"format {meta.get('format')!r}")
-        return Rows(meta["trace_id"], t["features"], t["alpha"], t["evicted"].bool(), t["positions"])
-    except (SafetensorError, OSError, KeyError, ValueError) as exc:
+        return Rows(meta["trace_id"], t["features"], t["alpha"].clone(), t["evicted"].bool(),
+                    t["positions"].clone())
+    except (OSError, KeyError, ValueError) as exc:
         raise ForesightError(f"{path} is not a readable DAgger rows file ({' '.join(str(exc).split())}); delete "
                              "it and rerun with --resume to record it again") from None
 

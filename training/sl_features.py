@@ -34,6 +34,7 @@ from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
 from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
+from training.mapped_events import EventFeatures, map_safetensors
 
 FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
 
@@ -121,10 +122,14 @@ def saved_identity(path: Path) -> str | None:
 
 
 def load_events(path: Path) -> TraceEvents:
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        t = {k: f.get_tensor(k) for k in f.keys()}
-    return TraceEvents(meta["trace_id"], t["features"], t["alpha"], t["evicted"].bool(), t["positions"])
+    """A trace's cached events; the features stay memory-mapped (:mod:`training.mapped_events`)."""
+    try:
+        meta, t = map_safetensors(path)
+        return TraceEvents(meta["trace_id"], t["features"], t["alpha"].clone(), t["evicted"].bool(),
+                           t["positions"].clone())
+    except (OSError, KeyError, ValueError) as exc:
+        raise ForesightError(f"{path} is not a readable feature-cache file ({' '.join(str(exc).split())}); delete "
+                             "it and rerun to extract it again") from None
 
 
 class FeatureCache:
@@ -163,8 +168,9 @@ class FeatureCache:
         barrier()
 
     def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
-        """The events of ``rows`` (traces without events have no file) concatenated, features restricted to
-        ``columns``; None when there are none. A file computed from other tokens or labels is refused."""
+        """The events of ``rows`` (traces without events have no file) concatenated: alpha, evicted, positions
+        in memory, features an :class:`~training.mapped_events.EventFeatures` of ``columns`` read in place from
+        the files; None when there are none. A file computed from other tokens or labels is refused."""
         evs = []
         for r in rows:
             path = self.file(r["trace_id"])
@@ -177,5 +183,5 @@ class FeatureCache:
         if not evs:
             return None
         out = {name: torch.cat([getattr(e, name) for e in evs]) for name in ("alpha", "evicted", "positions")}
-        out["features"] = torch.cat([e.features.index_select(-1, columns) for e in evs])
+        out["features"] = EventFeatures([e.features for e in evs], columns)  # read in place, per batch
         return out
