@@ -61,7 +61,8 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     rows = save_random_traces(model, traces, (70, 90, 60, 80), seed=5)
     (tmp_path / "heldout.txt").write_text("p0\np1\np3\n")
     args = ["--model", "tiny-llama", "--traces", str(traces), "--heldout-ids", str(tmp_path / "heldout.txt"),
-            "--policies", "streaming_llm,h2o,random", "--out", str(tmp_path / "out")]
+            "--policies", "streaming_llm,h2o,random", "--out", str(tmp_path / "out"),
+            "--policy-arg", "grpo.selection=sample", "--policy-arg", "random.seed=3"]
     for b, w in ((16, 4), (24, 8)):
         labels = [label_trace(model, torch.tensor([ids]), b, w, trace_id=t)
                   for t, ids in zip(rows["trace_id"], rows["input_ids"])]
@@ -84,8 +85,14 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
         assert "vs_previous_stage" in s["stages"][1]
     for r in result["records"]:
         assert sorted(r["per_trace_ratio"]) == ["p0#0", "p1#0", "p3#0"]  # the held-out split only
+    assert result["meta"]["policy_args"] == {"grpo": {"selection": "sample"}, "random": {"seed": 3}}
     assert (tmp_path / "out" / "quality.png").stat().st_size > 0
     assert "gap closed" in (tmp_path / "out" / "quality.md").read_text()
+    # a bad stage hyperparameter and a stage named like a policy are refused before any compute
+    with pytest.raises(ForesightError, match="policy 'sl': selection must be one of"):
+        _run_module().main([*args, "--policy-arg", "sl.selection=bogus"])
+    with pytest.raises(ForesightError, match="may not be named like a policy"):
+        _run_module().main([*args, "--scorer", f"h2o={tmp_path / 'sl16'}"])
     # a stage without a scorer for one setting is refused before any compute
     i = args.index(f"grpo={tmp_path / 'grpo24'}")
     with pytest.raises(ForesightError, match="no scorer for B=24 W=8"):

@@ -29,7 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
-from evaluation.policies import make_factory  # noqa: E402
+from evaluation.policies import make_factory, parse_policy_args  # noqa: E402
 from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
 from foresight.errors import ForesightError  # noqa: E402
 from foresight.models import load_model  # noqa: E402
@@ -64,6 +64,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scorer", type=_scorer, action="append", default=[], metavar="STAGE=DIR",
                    help="a learned stage's scorer (repeat per stage and setting), in training order")
     p.add_argument("--policies", default=",".join(HEURISTICS), help="heuristics to compare (comma-separated)")
+    p.add_argument("--policy-arg", action="append", default=[], metavar="[POLICY_OR_STAGE.]KEY=VALUE",
+                   help="a heuristic's or a learned stage's hyperparameter (repeatable; the grammar of every "
+                   "`foresight` command), e.g. --policy-arg sl_sample.selection=sample --policy-arg lazy.seed=1")
     p.add_argument("--heldout-ids", default=None, help="keep only traces of these problem ids (one per line)")
     p.add_argument("--max-traces", type=int, default=0, help="evaluate the first N held-out traces (0 = all)")
     p.add_argument("--batch-size", type=int, default=4)
@@ -110,9 +113,19 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    for p in policies:
-        make_policy(p)  # unknown names fail before any compute
     stages, dirs = _stage_dirs(args.scorer)
+    clash = sorted(set(stages) & {*policies, "golden"})
+    if clash:
+        raise ForesightError(f"--scorer: a stage may not be named like a policy ({', '.join(clash)})")
+    kwargs = parse_policy_args(args.policy_arg, [*stages, *policies])
+    for name in [*policies, *stages]:  # unknown names and bad hyperparameters fail before any compute
+        try:
+            if name in policies:
+                make_policy(name, **kwargs[name])
+            else:
+                make_policy("learned", scorer=dirs[next(k for k in dirs if k[0] == name)], **kwargs[name])
+        except (TypeError, ValueError) as exc:
+            raise ForesightError(f"policy {name!r}: {exc}") from None
     for stage in stages:
         for b, w, _ in args.setting:
             if (stage, b, w) not in dirs:
@@ -130,8 +143,8 @@ def main(argv=None) -> int:
 
     summaries, raw, started = [], [], time.time()
     for b, w, golden in args.setting:
-        base = make_factory(model=model, golden=golden, interval=w)
-        learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)]) for stage in stages}
+        base = make_factory(model=model, golden=golden, interval=w, policy_kwargs=kwargs)
+        learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)], **kwargs[stage]) for stage in stages}
 
         def factory(name, budget, base=base, learned=learned):
             return learned[name] if name in learned else base(name, budget)
@@ -143,7 +156,8 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "traces": args.traces, "scorers": dict((f"{s}@B{b}W{w}", d) for (s, b, w), d in
                                                                          dirs.items()),
-            "policies": policies, "seconds": round(time.time() - started, 1)}
+            "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v},
+            "seconds": round(time.time() - started, 1)}
     (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))
     (out / "quality.md").write_text(f"# Quality benchmark ({args.model})\n\n" + quality_markdown(summaries))
     _plot(summaries, out / "quality.png")
