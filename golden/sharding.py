@@ -134,9 +134,17 @@ def _manifest_path(final: Path) -> Path:
     return final.parent.parent / MANIFESTS_DIR / f"{final.name}.json"
 
 
+def _derived_cache(path: Path, root: Path) -> bool:
+    """A ``datasets`` cache file (``cache-<fingerprint>.arrow``) that ``Dataset.filter`` / ``map`` / ``select``
+    write beside a loaded dataset's own files: derived from the shard, never read back as its data."""
+    return path.parent == root and path.name.startswith("cache-") and path.suffix == ".arrow"
+
+
 def _describe_files(root: Path, digests: bool) -> dict[str, dict]:
-    """``{relative path: {"size": bytes[, "sha256": hex]}}`` of a shard (one file, or a directory's files)."""
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    """``{relative path: {"size": bytes[, "sha256": hex]}}`` of a shard (one file, or a directory's files;
+    ``datasets``' derived cache files are not the shard's)."""
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not
+                                                 _derived_cache(p, root))
     out = {}
     for p in files:
         rel = "." if p == root else p.relative_to(root).as_posix()

@@ -330,6 +330,21 @@ def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_p
     assert _label_content(labels) == label_content
 
 
+def test_a_filtered_traces_dataset_leaves_its_shards_readable(inputs, tmp_path):
+    """``Dataset.filter`` on loaded traces writes a ``cache-*.arrow`` file into a shard directory (datasets'
+    behaviour): that derived file is not shard data, so readers and the oracle still accept the shard."""
+    from golden.traces import load_traces
+
+    traces = tmp_path / "traces"
+    shutil.copytree(inputs["traces"], traces)
+    rows = load_traces(traces).to_dict()
+    kept = load_traces(traces).filter(lambda r: r["trace_id"] == rows["trace_id"][0])
+    assert len(kept) == 1 and any(traces.rglob("cache-*.arrow"))
+    assert load_traces(traces).to_dict() == rows
+    assert main(["golden", *TINY, "--traces", str(traces), "--out", str(tmp_path / "labels"), "--budget", str(B),
+                 "--interval", str(W), "--no-progress"]) == 0
+
+
 def test_scorer_is_written_before_the_final_evaluation(inputs, tmp_path, monkeypatch):
     """A final evaluation that fails (or is killed) after a long training run must not cost the trained scorer."""
     from foresight.config import parse_overrides

@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     traces = load_traces(args.traces)
     if args.heldout_ids:
         keep = {line.strip() for line in Path(args.heldout_ids).read_text().splitlines() if line.strip()}
-        traces = traces.filter(lambda r: r["problem_id"] in keep)
+        traces = traces.filter(lambda r: r["problem_id"] in keep, keep_in_memory=True)  # nothing written there
     if args.max_traces:
         traces = traces.select(range(min(args.max_traces, len(traces))))
     if len(traces) == 0:
