@@ -12,9 +12,8 @@ feature set and width times the policy honestly. Its *quality* is meaningless: n
 from __future__ import annotations
 
 import argparse
-import sys
 
-from foresight.errors import ForesightError
+from foresight.errors import ForesightError, run_script
 from foresight.scorer import Scorer, ScorerConfig
 
 
@@ -41,8 +40,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ForesightError as exc:
-        print(f"bench_scorer: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "bench_scorer")

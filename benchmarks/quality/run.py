@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +30,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
 from evaluation.policies import make_factory, parse_policy_args  # noqa: E402
 from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
-from foresight.errors import ForesightError  # noqa: E402
+from foresight.errors import ForesightError, run_script  # noqa: E402
 from foresight.models import load_model  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
 from foresight.scorer import Scorer  # noqa: E402
@@ -167,8 +166,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ForesightError as exc:
-        print(f"quality: error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, "quality")

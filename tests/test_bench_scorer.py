@@ -1,0 +1,45 @@
+"""benchmarks/bench_scorer.py: an untrained scorer of a trained one's architecture at another (B, W)."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import foresight
+from foresight.scorer import Scorer, ScorerConfig
+from tests.conftest import get_model
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_scorer.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_scorer", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_copies_the_architecture_at_the_new_setting(tmp_path):
+    model, _ = get_model("tiny-llama")
+    cfg = ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=8,
+                       feature_set=("key", "attn", "age"), decay=0.8)
+    Scorer(cfg, seed=3).save_pretrained(tmp_path / "trained")
+    assert _module().main(["--like", str(tmp_path / "trained"), "--budget", "64", "--interval", "16",
+                           "--out", str(tmp_path / "speed")]) == 0
+    got = Scorer.from_pretrained(tmp_path / "speed", model=model).config
+    assert (got.budget, got.interval) == (64, 16)
+    assert (got.feature_set, got.hidden, got.decay, got.fingerprint) == (cfg.feature_set, 8, 0.8, cfg.fingerprint)
+    assert "untrained" in got.provenance["trainer"]
+
+
+def test_a_bad_setting_is_one_line_and_exit_2(tmp_path):
+    model, _ = get_model("tiny-llama")
+    Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=8)).save_pretrained(
+        tmp_path / "trained")
+    res = subprocess.run([sys.executable, str(SCRIPT), "--like", str(tmp_path / "trained"), "--budget", "8",
+                          "--interval", "8", "--out", str(tmp_path / "x")], capture_output=True, text=True, cwd=REPO)
+    assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and "0 < interval < budget" in res.stderr
+    assert not (tmp_path / "x").exists()
