@@ -18,7 +18,7 @@ B=${B:-64}
 W=${W:-16}
 TRAIN=${TRAIN:-0}        # 0: every finished training trace
 HELDOUT=${HELDOUT:-64}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-2400}
 ROUNDS=${ROUNDS:-2}
 export OMP_NUM_THREADS=1
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
