@@ -28,6 +28,7 @@ from evaluation.grading import grade
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.generation import eos_token_ids, generate
+from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
 from golden.traces import trace_seed
 
@@ -109,10 +110,7 @@ def run_accuracy(
         raise ForesightError("--samples and --batch-size must be positive")
     if not 0 <= rank < world_size:
         raise ForesightError(f"RANK={rank} is outside WORLD_SIZE={world_size}")
-    try:  # e.g. a scorer trained at another (B, W): refused before anything is written
-        policy.check_cache(settings["budget"], settings["interval"])
-    except ValueError as exc:
-        raise ForesightError(f"policy {policy.name!r}: {exc}") from None
+    require_cache(policy, settings["budget"], settings["interval"])  # before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     _check_settings(out, {**settings, "samples": samples, "num_problems": len(problems)})

@@ -20,6 +20,7 @@ from foresight.errors import ForesightError
 from foresight.generation import generate
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
+from foresight.policies.base import require_cache
 from foresight.schedule import CacheConfig
 
 DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
@@ -102,10 +103,7 @@ def benchmark(
             raise ForesightError(f"policy {p!r} is not available at B={budget}")
         if getattr(pol, "replay_only", False):
             raise ForesightError(f"policy {pol.name!r} only replays fixed traces; it cannot generate")
-        try:  # e.g. a scorer trained at another (B, W): refused before the first timed run
-            pol.check_cache(budget, interval)
-        except ValueError as exc:
-            raise ForesightError(f"policy {pol.name!r}: {exc}") from None
+        require_cache(pol, budget, interval)  # before the first timed run
         built.setdefault(pol.name, pol)
     device = model.device
     timers = {name: _HookTimer(pol, device) for name, pol in built.items()}

@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
+from foresight.policies.base import require_cache
 from foresight.runtime import CacheConfig, replay
 
 #: ``factory(name, budget)`` builds the policy for one budget, or returns ``None`` to skip that combination
@@ -216,10 +217,7 @@ def evaluate_fidelity(
                 if on_skip:
                     on_skip(p, b, f"no {p!r} policy for B={b}, W={interval} (e.g. no golden labels for them)")
                 continue
-            try:  # a policy that cannot run at this (B, W) (a scorer trained for another) fails before any compute
-                pol.check_cache(b, interval)
-            except ValueError as exc:
-                raise ForesightError(f"policy {name!r} at B={b}: {exc}") from None
+            require_cache(pol, b, interval)  # e.g. a scorer trained for another (B, W): before any compute
             plan.append((name, b, pol))
     # Labels meet traces here: a golden policy checks its labels against these exact token ids (hashes) and this
     # model now, before any compute (it checks again at every replay).

@@ -189,6 +189,16 @@ def test_a_scorer_of_another_budget_or_interval_is_refused(llama_scorer, budget,
     assert main([*args, "--policy-arg", "any_budget=true"]) == 0
 
 
+def test_eval_fidelity_refuses_a_scorer_of_another_budget_before_any_output(llama_scorer, data, tmp_path, capsys):
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(data["traces"]), "--policies",
+               "full,learned", "--scorer", str(llama_scorer), "--budget", str(2 * B), "--interval", str(W),
+               "--out", str(tmp_path / "fid"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert f"policy 'learned': scorer {llama_scorer} was trained at B={B} W={W}, not B={2 * B} W={W}" in err
+    assert not (tmp_path / "fid").exists()
+
+
 def test_grpo_refuses_traces_of_another_model(llama_scorer, tmp_path):
     from training.grpo import GRPOConfig, run_grpo
 

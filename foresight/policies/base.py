@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import torch
 
+from foresight.errors import ForesightError
 from foresight.views import EvictView, LayersView, StepView
 
 
@@ -97,6 +98,15 @@ class EntryState:
     def gather(self, layer_idx: int, keep: torch.Tensor) -> None:
         for name, t in self.tensors[layer_idx].items():
             self.tensors[layer_idx][name] = t.gather(-1, keep)
+
+
+def require_cache(policy: "EvictionPolicy", budget: int | None, interval: int | None) -> None:
+    """:meth:`EvictionPolicy.check_cache` for jobs that check every policy before any compute or output: the
+    refusal (e.g. a scorer trained at another B, W) becomes a one-line :class:`ForesightError` naming the policy."""
+    try:
+        policy.check_cache(budget, interval)
+    except ValueError as exc:
+        raise ForesightError(f"policy {policy.name!r}: {exc}") from None
 
 
 def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:
