@@ -23,9 +23,9 @@ def get_model(name: str):
     return _CACHE[name]
 
 
-def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10) -> dict[str, list]:
-    """Save random token traces with the columns of ``golden.traces.load_traces`` (trace ``p<i>#0`` of problem
-    ``p<i>`` per entry of ``lengths``) as a ``datasets`` dataset at ``path``; return the columns."""
+def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10, prefix: str = "p") -> dict[str, list]:
+    """Save random token traces with the columns of ``golden.traces.load_traces`` (trace ``<prefix><i>#0`` of
+    problem ``<prefix><i>`` per entry of ``lengths``) as a ``datasets`` dataset at ``path``; return the columns."""
     import json
 
     import datasets
@@ -37,8 +37,8 @@ def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10
     rows = {k: [] for k in ("trace_id", "problem_id", "sample", "input_ids", "prompt_len", "answer", "settings",
                             "fingerprint")}
     for i, n in enumerate(lengths):
-        rows["trace_id"].append(f"p{i}#0")
-        rows["problem_id"].append(f"p{i}")
+        rows["trace_id"].append(f"{prefix}{i}#0")
+        rows["problem_id"].append(f"{prefix}{i}")
         rows["sample"].append(0)
         rows["input_ids"].append(torch.randint(3, 250, (n,), generator=gen).tolist())
         rows["prompt_len"].append(prompt_len)

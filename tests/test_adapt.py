@@ -219,6 +219,24 @@ def test_export_writes_the_adapter_in_peft_format_beside_the_scorer(data, tmp_pa
             Scorer.from_pretrained(out, model=adapted)
 
 
+def test_adapt_evaluates_on_a_separate_heldout_split_and_refuses_shared_problems(data, tmp_path):
+    from foresight.config import ConfigError
+    from foresight.errors import ForesightError
+    from training.adapt import run_adapt
+
+    model = foresight.load_model("tiny-llama", device="cpu")[0]
+    save_random_traces(model, tmp_path / "held", [44, 12, 50], seed=5, prompt_len=8, prefix="q")  # q1: <= B + W
+    out = run_adapt(_cfg(data, tmp_path / "run", steps=1, heldout_traces=str(tmp_path / "held")), model=model)
+    assert out["eval"]["heldout_traces"] == 2  # q0 and q2; every trace of `traces` trained
+    split = json.loads((tmp_path / "run" / "split.json").read_text())
+    assert len(split["train"]) == len(LENGTHS), split
+    with pytest.raises(ForesightError, match="also occur in"):  # the training traces themselves: in-sample
+        run_adapt(_cfg(data, tmp_path / "bad", steps=1, heldout_traces=str(data["traces"])),
+                  model=foresight.load_model("tiny-llama", device="cpu")[0])
+    with pytest.raises(ConfigError, match="heldout_traces"):
+        _cfg(data, tmp_path / "x", heldout_traces=str(tmp_path / "missing"))
+
+
 def test_adapt_config_is_validated_before_any_work(data, tmp_path):
     from foresight.errors import ForesightError
     from tests.conftest import save_random_adapter

@@ -25,7 +25,7 @@ class AdaptConfig(TrainerConfig):
     """Keys of ``configs/adapt.yaml`` (documented there); validated on construction."""
 
     RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see AdaptTask
-        "traces", "scorer", "eval_policies", "eval_traces", "eval_before"}
+        "traces", "heldout_traces", "scorer", "eval_policies", "eval_traces", "eval_before"}
 
     out_dir: str = "runs/adapt"
     steps: int = 200
@@ -37,6 +37,7 @@ class AdaptConfig(TrainerConfig):
     model: str = "smollm2-135m"
     dtype: str | None = None
     traces: str = ""
+    heldout_traces: str | None = None
     max_traces: int = 0
     heldout: float = 0.25
     split_seed: int = 0
@@ -63,6 +64,8 @@ class AdaptConfig(TrainerConfig):
                               "LoRA-tuned model, merge that adapter into a model directory and set `model` to it")
         if not self.traces:
             raise ConfigError("set `traces` (a `foresight trace` directory made by the base model)")
+        if self.heldout_traces is not None and not Path(self.heldout_traces).is_dir():
+            raise ConfigError(f"heldout_traces: {self.heldout_traces} is not a directory (a `foresight trace` output)")
         if not 0 < self.interval < self.budget:
             raise ConfigError(f"need 0 < interval < budget, got interval={self.interval}, budget={self.budget}")
         if self.sinks < 0 or self.max_traces < 0 or self.eval_traces < 0:
