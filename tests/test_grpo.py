@@ -54,6 +54,25 @@ def test_episode_rewards_penalise_only_large_jumps():
     torch.testing.assert_close(r, torch.tensor([0.0, 0.0, -1.0, -13.0 / 4]))
 
 
+def test_delta_reward_is_minus_the_mean_loss_change_and_its_sums_give_the_loss_ratio():
+    ce_full = torch.tensor([1.0, 1.0, 1.0, 1.0, 5.0])
+    positions = torch.tensor([False, True, True, True, True])
+    ce = torch.tensor([
+        [9.0, 1.0, 1.0, 1.0, 5.0],  # only an unscored position differs -> 0
+        [1.0, 2.4, 0.0, 1.0, 5.0],  # small and negative changes count: -(1.4 - 1) / 4
+        [1.0, 3.0, 4.0, 1.0, 2.0],  # -(2 + 3 - 3) / 4
+    ])
+    r = episode_rewards(ce, ce_full, positions, reward="delta")
+    torch.testing.assert_close(r, torch.tensor([0.0, -0.1, -0.5]))
+    # with every position >= start scored, -R * n / sum(CE_full) is the loss ratio minus one
+    num, den = loss_ratio(ce[2], ce_full, start=1)
+    assert num / den - 1 == pytest.approx(-float(r[2]) * 4 / float(ce_full[1:].sum()))
+    with pytest.raises(ValueError, match="reward must be one of jump, delta"):
+        episode_rewards(ce, ce_full, positions, reward="ce")
+    with pytest.raises(ValueError, match="reward must be one of"):
+        GRPOConfig(traces="t", init_scorer="s", reward="ce")
+
+
 def test_group_advantages_normalised():
     r = torch.tensor([[1.0, 2.0, 3.0, 6.0], [0.5, 0.5, 0.5, 0.5]])
     a = group_advantages(r, eps=1e-6)

@@ -52,6 +52,14 @@ def test_per_event_advantages_by_hand():
     assert a[0, 0] == pytest.approx(-1.1014, abs=1e-4) and a[0, 1] == pytest.approx(-1.1547, abs=1e-4)
 
 
+def test_event_rewards_with_the_delta_reward_by_hand():
+    ce, ce_full, positions, ends = _example()
+    r, has = event_rewards(ce, ce_full, positions, ends, reward="delta")
+    # deltas at 1..4: row 0 (2, 0, 0, 3), row 1 zeros, row 2 (0, 2, 0, 0); event 0 sees all four, event 1 two
+    torch.testing.assert_close(r, torch.tensor([[-5 / 4, -3 / 2, 0.0], [0.0, 0.0, 0.0], [-2 / 4, 0.0, 0.0]]))
+    assert has.tolist() == [True, True, False]
+
+
 def _rollout(adv, e=3, num_layers=2, g=3, h=2):
     z = torch.zeros(e, num_layers, g, h)
     return Rollout("t", None, None, None, z, torch.ones(e, dtype=torch.bool), torch.zeros(g, 6), torch.zeros(g), adv)

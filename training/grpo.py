@@ -168,7 +168,7 @@ class GRPOTask:
         with torch.no_grad():
             ro = collect_rollouts(self.model, scorer, row["input_ids"], group_size, self.budget, self.interval,
                                   self.cfg.temperature, seed, pos, ce_full, self.cfg.eta, self.cfg.adv_eps,
-                                  row["trace_id"], self.cfg.advantage)
+                                  row["trace_id"], self.cfg.advantage, self.cfg.reward)
         return ro
 
     # -- loop.Task ------------------------------------------------------------------------------------------------
@@ -230,7 +230,8 @@ class GRPOTask:
         pos = reward_positions(ent_full, start, self.cfg.drop_entropy_frac)
         pol = make_policy("learned", scorer=self.module if scorer is None else scorer, selection="topk")
         res = replay(self.model, [list(map(int, row["input_ids"]))], pol, self.budget, self.interval)
-        return (float(episode_rewards(res.ce, ce_full, pos, self.cfg.eta)[0]), *loss_ratio(res.ce[0], ce_full, start))
+        reward = episode_rewards(res.ce, ce_full, pos, self.cfg.eta, self.cfg.reward)
+        return (float(reward[0]), *loss_ratio(res.ce[0], ce_full, start))
 
     def sl_topk_ratio(self, row) -> float:
         """Top-k loss ratio of ``row`` under the frozen SL (reference) scorer, computed once per trace."""

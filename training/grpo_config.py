@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import ClassVar
 
+from training.reward import REWARDS
 from training.trainer_config import TrainerConfig
 
 ADVANTAGES = ("episode", "per_event")
@@ -42,6 +43,7 @@ class GRPOConfig(TrainerConfig):
     beta: float = 0.05
     beta_final: float = 0.005
     beta_decay_steps: int = 0
+    reward: str = "jump"
     eta: float = 1.5
     drop_entropy_frac: float = 0.2
     adv_eps: float = 1e-4
@@ -75,6 +77,8 @@ class GRPOConfig(TrainerConfig):
             raise ValueError("beta, beta_final and beta_decay_steps must be >= 0")
         if not 0 <= self.drop_entropy_frac < 1:
             raise ValueError(f"drop_entropy_frac must be in [0, 1), got {self.drop_entropy_frac}")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
         if self.advantage not in ADVANTAGES:
             raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
         h = float(self.heldout)

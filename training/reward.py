@@ -3,7 +3,9 @@
 * **Scored positions** (:func:`reward_positions`): next-token positions ``>= B + W``, minus the 20% with the
   highest full-cache entropy (penalise only confident tokens).
 * **Episode reward** (:func:`episode_rewards`): ``delta = CE_evicted - CE_full`` per scored position,
-  ``R = -mean(delta^2 * 1[delta > eta])``.
+  ``R = -mean(delta^2 * 1[delta > eta])`` (``reward="jump"``, DESIGN.md: penalise only large loss jumps of
+  confident tokens, the ones that derail a generation), or ``R = -mean(delta)`` (``reward="delta"``: every
+  position's loss change, i.e. the fidelity loss ratio's own numerator, which the quality benchmark measures).
 * **Advantages**: ``episode`` (:func:`group_advantages`): ``A = (R - mean_G) / (std_G + eps)`` within the group
   of ``G`` rollouts of one trace, one number for every action of a rollout. ``per_event``
   (:func:`per_event_advantages`): the reward-to-go of event ``e`` is the same penalty over the scored
@@ -23,6 +25,9 @@ import math
 
 import torch
 
+#: Per-position penalties of :func:`penalties`: ``jump`` (DESIGN.md) or ``delta`` (the loss ratio's numerator).
+REWARDS = ("jump", "delta")
+
 
 def reward_positions(entropy_full: torch.Tensor, start: int, drop_frac: float = 0.2) -> torch.Tensor:
     """Bool (N-1,) mask of the positions that count for the reward: ``i >= start`` with a finite entropy,
@@ -40,21 +45,26 @@ def reward_positions(entropy_full: torch.Tensor, start: int, drop_frac: float = 
     return ok
 
 
-def penalties(ce_evicted: torch.Tensor, ce_full: torch.Tensor, eta: float = 1.5) -> torch.Tensor:
-    """``delta^2 * 1[delta > eta]`` per rollout and position, (G, N-1) fp64."""
+def penalties(ce_evicted: torch.Tensor, ce_full: torch.Tensor, eta: float = 1.5, reward: str = "jump") -> torch.Tensor:
+    """Per rollout and position, (G, N-1) fp64: ``delta^2 * 1[delta > eta]`` (``jump``) or ``delta`` itself
+    (``delta``; negative where the evicted cache predicts better), ``delta = CE_evicted - CE_full``."""
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {reward!r}")
     delta = ce_evicted.double() - ce_full.double()[None]
+    if reward == "delta":
+        return delta
     return torch.where(delta > eta, delta * delta, torch.zeros_like(delta))
 
 
 def episode_rewards(ce_evicted: torch.Tensor, ce_full: torch.Tensor, positions: torch.Tensor,
-                    eta: float = 1.5) -> torch.Tensor:
-    """R = -mean over ``positions`` of ``delta^2 * 1[delta > eta]``, ``delta = CE_evicted - CE_full``.
+                    eta: float = 1.5, reward: str = "jump") -> torch.Tensor:
+    """R = -mean over ``positions`` of the :func:`penalties` (``delta^2 * 1[delta > eta]`` by default).
 
     ``ce_evicted`` (G, N-1), ``ce_full`` (N-1,), ``positions`` bool (N-1,). Returns (G,) fp32 (summed in fp64).
     """
     if int(positions.sum()) == 0:
         return torch.zeros(ce_evicted.shape[0])
-    pen = penalties(ce_evicted[:, positions], ce_full[positions], eta)
+    pen = penalties(ce_evicted[:, positions], ce_full[positions], eta, reward)
     return (-pen.mean(-1)).float()
 
 
@@ -66,10 +76,10 @@ def group_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
 
 
 def event_rewards(ce_evicted: torch.Tensor, ce_full: torch.Tensor, positions: torch.Tensor, ends: list[int],
-                  eta: float = 1.5) -> tuple[torch.Tensor, torch.Tensor]:
+                  eta: float = 1.5, reward: str = "jump") -> tuple[torch.Tensor, torch.Tensor]:
     """Reward-to-go (G, E) of each event (mean penalty over the scored positions ``>= end``, negated) and a
     bool (E,) mask of the events that have any scored position after them (the others get reward 0)."""
-    pen = penalties(ce_evicted, ce_full, eta)
+    pen = penalties(ce_evicted, ce_full, eta, reward)
     pen = torch.where(positions[None], pen, torch.zeros_like(pen))  # (G, N-1), 0 off the scored positions
     to_go = torch.flip(torch.cumsum(torch.flip(pen, [-1]), -1), [-1])  # sum over p >= i
     count = torch.flip(torch.cumsum(torch.flip(positions.long(), [0]), 0), [0])
@@ -82,10 +92,10 @@ def event_rewards(ce_evicted: torch.Tensor, ce_full: torch.Tensor, positions: to
 
 
 def per_event_advantages(ce_evicted: torch.Tensor, ce_full: torch.Tensor, positions: torch.Tensor, ends: list[int],
-                         eta: float = 1.5, eps: float = 1e-4) -> torch.Tensor:
+                         eta: float = 1.5, eps: float = 1e-4, reward: str = "jump") -> torch.Tensor:
     """Per-event reward-to-go advantages (G, E), normalised across the group at each event; 0 where the event
     has no scored position after it."""
-    r, has = event_rewards(ce_evicted, ce_full, positions, ends, eta)
+    r, has = event_rewards(ce_evicted, ce_full, positions, ends, eta, reward)
     adv = group_advantages(r.T, eps).T
     return torch.where(has[None], adv, torch.zeros_like(adv)).float()
 
@@ -97,5 +107,5 @@ def loss_ratio(ce: torch.Tensor, ce_full: torch.Tensor, start: int) -> tuple[flo
     return float(ce[..., sl][ok].double().sum()), float(ce_full[sl].expand_as(ce[..., sl])[ok].double().sum())
 
 
-__all__ = ["episode_rewards", "event_rewards", "group_advantages", "loss_ratio", "penalties",
+__all__ = ["REWARDS", "episode_rewards", "event_rewards", "group_advantages", "loss_ratio", "penalties",
            "per_event_advantages", "reward_positions"]

@@ -125,9 +125,10 @@ def event_ends(length: int, budget: int, interval: int) -> list[int]:
 
 def collect_rollouts(model, scorer, input_ids: list[int], group_size: int, budget: int, interval: int,
                      temperature: float, seed: int, positions: torch.Tensor, ce_full: torch.Tensor, eta: float,
-                     adv_eps: float = 1e-4, trace_id: str = "", advantage: str = "episode") -> Rollout:
-    """Replay one trace ``group_size`` times with sampled evictions; rewards and advantages (``advantage``:
-    ``episode`` or ``per_event``) included."""
+                     adv_eps: float = 1e-4, trace_id: str = "", advantage: str = "episode",
+                     reward: str = "jump") -> Rollout:
+    """Replay one trace ``group_size`` times with sampled evictions; rewards (``reward``: ``jump`` or ``delta``,
+    :func:`training.reward.penalties`) and advantages (``advantage``: ``episode`` or ``per_event``) included."""
     policy = RolloutPolicy(scorer=scorer, temperature=temperature, seed=seed)
     res = replay(model, [list(map(int, input_ids))] * group_size, policy, budget, interval)
     num_layers = model.config.num_hidden_layers
@@ -144,9 +145,9 @@ def collect_rollouts(model, scorer, input_ids: list[int], group_size: int, budge
     scored_after = torch.flip(torch.cumsum(torch.flip(positions.long(), [0]), 0), [0])  # scored positions >= i
     event_mask = torch.tensor([bool(scored_after[end] > 0) if end < len(scored_after) else False for end in ends],
                               dtype=torch.bool)
-    rewards = episode_rewards(res.ce, ce_full, positions, eta)
+    rewards = episode_rewards(res.ce, ce_full, positions, eta, reward)
     if advantage == "per_event":
-        adv = per_event_advantages(res.ce, ce_full, positions, ends, eta, adv_eps)
+        adv = per_event_advantages(res.ce, ce_full, positions, ends, eta, adv_eps, reward)
     else:
         adv = group_advantages(rewards, adv_eps)
     return Rollout(trace_id, feats, free, order, lp, event_mask, res.ce, rewards, adv)
