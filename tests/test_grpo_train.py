@@ -158,3 +158,27 @@ def test_two_rank_cpu_deepspeed_grpo_run_and_resume(tiny_grpo, tmp_path):
     assert summary["finished"] and summary["start"] == 1 and summary["skipped"] == 0
     assert "heldout_loss_ratio_topk" in summary["eval"]
     Scorer.from_pretrained(out / "scorer")
+
+
+def test_grpo_starts_from_a_shipped_scorer_by_short_name(tiny_grpo, tmp_path, monkeypatch):
+    """init_scorer may be a shipped scorer's short name (as everywhere a scorer directory is taken): the run's
+    resume identity digests the resolved directory instead of failing on ``NAME/config.json`` after the eval."""
+    import shutil
+
+    import foresight.scorer as scorer_mod
+    from training.grpo import run_grpo
+
+    shutil.copytree(tiny_grpo / "scorer", tmp_path / "shipped" / "tiny-b16")
+    monkeypatch.setattr(scorer_mod, "SHIPPED_DIR", tmp_path / "shipped")
+    monkeypatch.chdir(tmp_path)  # the name is not also a relative directory here
+    model, _ = get_model("tiny-llama")
+    out = run_grpo(_cfg(tiny_grpo, tmp_path / "named", init_scorer="tiny-b16", steps=2, eval_before=False,
+                        checkpoint_every=2),
+                   model=model)
+    assert out["finished"]
+    named = _weights(tmp_path / "named" / "scorer")
+    by_path = run_grpo(_cfg(tiny_grpo, tmp_path / "path", steps=2, eval_before=False), model=model)
+    assert by_path["finished"]
+    ref = _weights(tmp_path / "path" / "scorer")
+    for k in ref:
+        assert torch.equal(named[k], ref[k]), k  # the same scorer, reached by name or by path

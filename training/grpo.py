@@ -39,7 +39,7 @@ from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.policies import make_policy
 from foresight.runtime import replay
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
 from golden.traces import load_traces
 from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
@@ -177,8 +177,9 @@ class GRPOTask:
 
     def resume_identity(self) -> dict:
         """Content digests of the split's traces and of the initial and reference scorers."""
-        def scorer(d):
-            return digest_files([Path(d) / CONFIG_NAME, Path(d) / WEIGHTS_NAME])
+        def scorer(d):  # a directory or a shipped scorer's short name, as Scorer.from_pretrained takes it
+            d = resolve_scorer(d)
+            return digest_files([d / CONFIG_NAME, d / WEIGHTS_NAME])
 
         return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}",
                 "init_scorer": scorer(self.cfg.init_scorer),
