@@ -301,3 +301,41 @@ def test_two_rank_cpu_deepspeed_adapt_resume_equals_uninterrupted(data, tmp_path
     a, b = _adapter_weights(tmp_path / "full" / "adapter"), _adapter_weights(tmp_path / "part" / "adapter")
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=0, atol=1e-7, msg=k)
+
+
+def test_adapt_eval_script_reproduces_the_trainers_heldout_evaluation_and_refuses_mismatches(data, tmp_path, capsys):
+    """benchmarks/adapt_eval.py (the SmolLM2 measurement) runs the trainer's own comparison on a saved adapter: the
+    same numbers as the trainer's final held-out evaluation; a scorer the adapter was not trained under, or a
+    non-evicting policy, is one line and exit 2 before any replay."""
+    import importlib.util
+
+    from training.adapt import run_adapt
+
+    model = foresight.load_model("tiny-llama", device="cpu")[0]
+    save_random_traces(model, tmp_path / "held", [44, 50], seed=5, prompt_len=8, prefix="q")
+    out = run_adapt(_cfg(data, tmp_path / "run", steps=3, policy="learned", eval_policies=["h2o"],
+                         heldout_traces=str(tmp_path / "held")), model=model)
+    spec = importlib.util.spec_from_file_location("adapt_eval", REPO / "benchmarks" / "adapt_eval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = ["--model", "tiny-llama", "--adapter", str(tmp_path / "run" / "adapter"), "--traces",
+            str(tmp_path / "held"), "--policies", "learned,h2o", "--scorer", str(data["scorer"]), "--budget", str(B),
+            "--interval", str(W), "--batch-size", "1", "--out", str(tmp_path / "eval")]
+    assert mod.main(args) == 0
+    got = json.loads((tmp_path / "eval" / "adapt_eval.json").read_text())["metrics"]
+    ev = out["eval"]
+    assert ev["heldout_learned_loss_ratio_adapted"] != ev["heldout_learned_loss_ratio_base"]  # it trained
+    for key, value in got.items():
+        assert value == pytest.approx(ev[f"heldout_{key}"], rel=1e-5, abs=1e-7), key
+    assert "| learned |" in (tmp_path / "eval" / "adapt_eval.md").read_text()
+
+    other = tmp_path / "other_scorer"
+    Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=8), seed=1) \
+        .save_pretrained(other)
+    for bad, match in ((["--scorer", str(other)], "not the scorer the adapter was trained under"),
+                       (["--policies", "full,h2o"], "does not evict")):
+        argv = [*args, *bad, "--out", str(tmp_path / "bad")]
+        with pytest.raises(SystemExit) as exc:
+            mod.run_script(lambda: mod.main(argv), "adapt_eval")
+        assert exc.value.code == 2 and match in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()  # refused before writing anything
