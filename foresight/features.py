@@ -240,26 +240,32 @@ class FeatureExtractor:
         st.filled = min(st.filled + q, history)
 
     def observe_layers(self, view: LayersView) -> None:
-        """:meth:`observe` for a decode step of every layer at once (``view.probs`` (L, b, Hkv, G, 1, n)): the same
-        copies and additions on the stacked storage."""
+        """:meth:`observe` for every layer at once (``view.probs`` (L, b, Hkv, G, k, n), k held decode steps): the
+        same copies and additions on the stacked storage."""
         if not self.needs_attention:
             return
         layers = self._layers
         probs = view.probs
-        n = probs.shape[-1]
+        k, n = probs.shape[-2], probs.shape[-1]
         if len({(st.n, st.head) for st in layers}) != 1:  # layers out of step: one by one
             for i in range(view.num_layers):
                 self.observe(view.layer(i))
             return
-        history = self.history
+        history, head = self.history, layers[0].head
         self._reserve(probs[0], n)
-        row = probs[:, :, :, :, 0]  # (L, b, Hkv, G, n)
-        self._run[..., :n].add_(row)
-        self._rows[:, :, :, :, layers[0].head % history, :n].copy_(row)
+        if k == 1:
+            row = probs[:, :, :, :, 0]  # (L, b, Hkv, G, n)
+            self._run[..., :n].add_(row)
+            self._rows[:, :, :, :, head % history, :n].copy_(row)
+        else:
+            self._run[..., :n].add_(probs.sum(4))
+            keep = min(k, history)
+            slots = torch.arange(head + k - keep, head + k, device=probs.device) % history
+            self._rows[..., :n].index_copy_(4, slots, probs[..., k - keep :, :])
         for st in layers:
             st.n = n
-            st.head += 1
-            st.filled = min(st.filled + 1, history)
+            st.head += k
+            st.filled = min(st.filled + k, history)
 
     # -- events ---------------------------------------------------------------------------------------------------
     def features(self, view: EvictView) -> torch.Tensor:

@@ -180,6 +180,7 @@ def generate(
                 break
         token_ids.append(ids)
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
+    cache.flush_observations()  # the policy's state covers every step (decode steps wait for the next event)
     stats = {**cache.stats(), "policy": policy.name}
     return GenerationResult(texts, token_ids, out, prompt_lengths, stats)
 

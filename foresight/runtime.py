@@ -148,6 +148,7 @@ def replay(
     for b, length in enumerate(lengths):
         ce[b, max(length - 1, 0) :] = float("nan")
         ent[b, max(length - 1, 0) :] = float("nan")
+    cache.flush_observations()  # the policy's state covers every step (decode steps wait for the next event)
     stats = {**cache.stats(), "policy": policy.name}
     return ReplayResult(ce, ent, lengths, stats)
 

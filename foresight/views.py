@@ -90,13 +90,15 @@ class StepView:
 
 @dataclass
 class LayersView:
-    """What a policy sees of *every* layer at one decode step, at once (read-only; ``observe_layers``).
+    """What a policy sees of *every* layer at once: one or more decode steps (read-only; ``observe_layers``).
 
-    The cache hands it over at the end of a step whose queries are one row per sequence with no mask (a decode
-    step without padding): ``query`` (L, batch, Hq, 1, d) the post-RoPE queries of every layer, ``keys`` (L, batch,
-    Hkv, n, d) and ``positions``/``valid`` (L, batch, Hkv, n) every layer's cache including the new token,
-    ``query_positions`` (batch, 1). :attr:`probs` is the attention of all layers in one batched product, equal bit
-    for bit to each layer's :attr:`StepView.probs`; :meth:`layer` is one layer's :class:`StepView` of it.
+    The cache hands it over at an event with the decode steps it held since the last one (one query row per
+    sequence and step, no padding): ``query`` (L, batch, Hq, k, d) the post-RoPE queries of every layer for the
+    k held steps, ``keys`` (L, batch, Hkv, n, d) and ``positions``/``valid`` (L, batch, Hkv, n) every layer's
+    cache, whose newest k entries are those steps' own tokens, ``query_positions`` (batch, k), ``mask`` the
+    chunk-causal (1, 1, k, n) mask (None for one step). :attr:`probs` is the attention of all layers in one
+    batched product, equal bit for bit to each layer's :attr:`StepView.probs`; :meth:`layer` is one layer's
+    :class:`StepView` of it.
     """
 
     query: torch.Tensor
@@ -107,6 +109,7 @@ class LayersView:
     query_positions: torch.Tensor
     step: int
     scaling: float | None = None
+    mask: torch.Tensor | None = None
     _probs: torch.Tensor | None = field(default=None, repr=False)
 
     @property
@@ -115,10 +118,10 @@ class LayersView:
 
     @property
     def probs(self) -> torch.Tensor:
-        """fp32 attention of every layer's new query over its cache, (L, batch, Hkv, G, 1, n); computed once."""
+        """fp32 attention of every layer's queries over its cache, (L, batch, Hkv, G, k, n); computed once."""
         if self._probs is None:
             lb = self.keys.shape[:2]
-            flat = attention_probs(self.query.flatten(0, 1), self.keys.flatten(0, 1), None, self.scaling)
+            flat = attention_probs(self.query.flatten(0, 1), self.keys.flatten(0, 1), self.mask, self.scaling)
             self._probs = flat.unflatten(0, lb)
         return self._probs
 
@@ -126,7 +129,7 @@ class LayersView:
         """Layer ``i``'s :class:`StepView` (sharing :attr:`probs` once they are computed)."""
         return StepView(layer_idx=i, query=self.query[i], keys=self.keys[i], values=self.values[i],
                         positions=self.positions[i], valid=self.valid[i], query_positions=self.query_positions,
-                        mask=None, step=self.step, scaling=self.scaling,
+                        mask=self.mask, step=self.step, scaling=self.scaling,
                         _probs=None if self._probs is None else self._probs[i])
 
 

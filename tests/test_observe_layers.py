@@ -1,6 +1,8 @@
-"""A decode step of every layer at once (``observe_layers``, one batched attention) leaves the policies exactly
-where observing layer by layer leaves them: every score and every kept index equal bit for bit, by hand on a
-4-layer cache (decode, a prompt longer than B + W, a left-padded batch) and end to end on the tiny models."""
+"""Held decode steps of every layer at once (``observe_layers``, one batched attention per event) leave the
+policies exactly where observing the same chunks layer by layer leaves them (every score and kept index equal bit
+for bit), and where observing every step as it comes leaves them (scores to fp32 rounding, every kept index
+equal): by hand on a 4-layer cache (decode, a prompt longer than B + W, a left-padded batch, a multi-token forward
+between decode steps, the memory cap) and end to end on the tiny models."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import torch
 import foresight
 from foresight.attention import foresight_attention, route, unroute
 from foresight.cache import BudgetedCache
-from foresight.policies import make_policy
+from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import TINY, get_model
@@ -19,16 +21,22 @@ L, HQ, HKV, D, B, W = 4, 6, 2, 16, 24, 8
 POLICIES = ["h2o", "lazy", "learned"]
 
 
-def build(name: str, fingerprint: dict, layers: bool, budget: int = B, interval: int = W):
+def build(name: str, fingerprint: dict, held: bool = True, budget: int = B, interval: int = W):
+    """The policy; ``held=False`` turns decode-step holding off (every step observed as it comes, per layer)."""
     if name == "learned":  # a scorer of the cache's own setting (another one is refused)
         cfg = ScorerConfig(fingerprint=fingerprint, budget=budget, interval=interval,
                            feature_set=("key", "value", "attn", "age"))
         policy = make_policy("learned", scorer=Scorer(cfg, seed=0))
     else:
         policy = make_policy(name)
-    if not layers:
-        object.__setattr__(policy, "observes_layers", False)  # the layer-by-layer path
+    if not held:
+        object.__setattr__(policy, "observes_layers", False)
     return policy
+
+
+def layer_by_layer(policy) -> None:
+    """Make ``policy`` take every all-layers view through the base class: its layers one by one (``observe``)."""
+    policy.observe_layers = lambda view: EvictionPolicy.observe_layers(policy, view)
 
 
 class Recorder:
@@ -60,13 +68,19 @@ class Module:
         self.num_key_value_groups = HQ // HKV
 
 
-def drive_by_hand(policy, steps: int, prompt: int, batch: int = 1, pad: int = 0) -> BudgetedCache:
+def drive_by_hand(policy, steps: int, prompt: int, batch: int = 1, pad: int = 0, chunk_at: int | None = None,
+                  observe_bytes: int | None = None) -> BudgetedCache:
+    """Feed a prompt, then ``steps`` decode steps; ``chunk_at``: a 3-token forward (e.g. a user turn) at that step."""
     cache = BudgetedCache.from_shape(L, HQ // HKV, policy, CacheConfig(B, W))
+    if observe_bytes is not None:
+        cache.observe_bytes = observe_bytes
     modules = [Module(i) for i in range(L)]
     gen = torch.Generator().manual_seed(0)
     fed = 0
     for s in range(steps):
         pieces = [(a, b) for a, b, _ in cache.pieces(prompt)] if s == 0 else [(fed, fed + 1)]
+        if s == chunk_at:
+            pieces = [(a, b) for a, b, _ in cache.pieces(fed + 3)]
         for a, b in pieces:
             pos = torch.arange(a, b)[None].expand(batch, -1)
             valid = torch.ones(batch, b - a, dtype=torch.bool)
@@ -92,20 +106,61 @@ FINGERPRINT = {"model": "by-hand", "model_type": "llama", "num_layers": L, "num_
                "head_dim": D, "vocab_size": 10}
 
 
+CASES = [dict(steps=90, prompt=5), dict(steps=30, prompt=70), dict(steps=60, prompt=9, batch=2, pad=3),
+         dict(steps=70, prompt=5, chunk_at=33)]
+CASE_IDS = ["decode", "long prompt", "padded", "multi-token forward"]
+
+
 @pytest.mark.parametrize("name", POLICIES)
-@pytest.mark.parametrize("case", [dict(steps=90, prompt=5), dict(steps=30, prompt=70),
-                                  dict(steps=60, prompt=9, batch=2, pad=3)], ids=["decode", "long prompt", "padded"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
 def test_all_layers_at_once_equals_layer_by_layer(name, case):
     runs = {}
-    for layers in (False, True):
-        policy = build(name, FINGERPRINT, layers)
+    for batched in (False, True):
+        policy = build(name, FINGERPRINT)
         rec = Recorder(policy)
+        if not batched:
+            layer_by_layer(policy)  # after the recorder: these calls are not counted as batched
         cache = drive_by_hand(policy, **case)
-        runs[layers] = (rec, cache)
+        runs[batched] = (rec, cache)
     (a, ca), (b, cb) = runs[False], runs[True]
     assert ca.events == cb.events > 2 and len(a.log) == len(b.log) > 0
     assert all(torch.equal(x, y) for x, y in zip(a.log, b.log))
     assert a.batched == 0 and b.batched > 0  # the batched path ran (a padded batch: once the padding is evicted)
+
+
+def assert_same_run(a: Recorder, b: Recorder) -> None:
+    """Every kept index equal; every score equal up to fp32 summation order."""
+    assert len(a.log) == len(b.log) > 0
+    for x, y in zip(a.log, b.log):
+        if x.dtype == torch.long:
+            assert torch.equal(x, y)
+        else:
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_held_steps_equal_steps_observed_as_they_come(name, case):
+    recs, caches = {}, {}
+    for held in (False, True):
+        policy = build(name, FINGERPRINT, held=held)
+        recs[held] = Recorder(policy)
+        caches[held] = drive_by_hand(policy, **case)
+    assert caches[False].events == caches[True].events > 2
+    assert_same_run(recs[False], recs[True])
+    # The keys are read once per event, not once per decode step (the point of holding them).
+    assert recs[False].batched == 0 and 0 < recs[True].batched <= caches[True].events + 1
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_memory_cap_hands_over_early_with_the_same_result(name):
+    recs = {}
+    for cap in (None, 1):  # 1 byte: every decode step is handed over at once
+        policy = build(name, FINGERPRINT)
+        recs[cap] = Recorder(policy)
+        cache = drive_by_hand(policy, steps=90, prompt=5, observe_bytes=cap)
+    assert recs[1].batched > 80 > recs[None].batched  # one hand-over per decode step under the cap
+    assert_same_run(recs[None], recs[1])
 
 
 @pytest.mark.parametrize("model_name", TINY)
@@ -114,12 +169,12 @@ def test_generation_is_the_same_either_way(model_name, name):
     model, tok = get_model(model_name)
     fp = foresight.model_fingerprint(model)
     out = {}
-    for layers in (False, True):
-        policy = build(name, fp, layers, budget=16, interval=4)
+    for held in (False, True):
+        policy = build(name, fp, held=held, budget=16, interval=4)
         rec = Recorder(policy)
         res = foresight.generate(model, tok, ["a b c d e f", "g h"], policy=policy, budget=16, interval=4,
                                  max_new_tokens=40, stop_on_eos=False)
-        out[layers] = (res.token_ids, rec)
+        out[held] = (res.token_ids, rec)
     assert out[False][0] == out[True][0]
-    assert all(torch.equal(x, y) for x, y in zip(out[False][1].log, out[True][1].log))
-    assert out[True][1].batched > 0
+    assert_same_run(out[False][1], out[True][1])
+    assert out[True][1].batched > 0 and out[False][1].batched == 0

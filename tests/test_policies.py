@@ -147,6 +147,7 @@ def drive(policy, keys, queries, budget=B, interval=W, values=None, chunk=1, sin
         events = cache.events
         cache.end_step()  # the cache fires the event itself, exactly where the schedule says
         assert cache.events == events + fire
+    cache.flush_observations()  # as replay does when it finishes: held decode steps reach the policy
     return cache
 
 

@@ -161,11 +161,9 @@ class LazyEvictionPolicy(EvictionPolicy):
         self._reserve(view.positions[0], n)
         last, mri = self._last[..., :n], self._mri[..., :n]
         torch.sub(view.positions[..., have:n], 0 if self.entry == "fresh" else 1, out=last[..., have:n])
-        act = reduce_group(view.probs, self.group_reduce, dim=3)[..., 0, :] >= self.alpha  # (L, b, Hkv, n)
-        t = view.query_positions  # (b, 1)
-        tt = t.view(1, -1, 1, 1)
-        torch.maximum(mri, (tt - last) * act, out=mri)  # as _activate, for every layer at once
-        torch.where(act, tt, last, out=last)
+        act = reduce_group(view.probs, self.group_reduce, dim=3) >= self.alpha  # (L, b, Hkv, k, n)
+        t = view.query_positions  # (b, k)
+        _activate(last, mri, act, t)  # every layer at once
         for layer in range(len(self._n)):
             self._n[layer] = n
             self.state.set(layer, "last", last[layer])
@@ -225,17 +223,18 @@ class LazyEvictionPolicy(EvictionPolicy):
 
 
 def _activate(last: torch.Tensor, mri: torch.Tensor, act: torch.Tensor, t: torch.Tensor) -> None:
-    """Apply the query rows (b, q) at steps ``t`` in order, in place: activated entries (``act`` (b, Hkv, q, n))
-    get ``mri = max(mri, t - last)`` and ``last = t``."""
-    if act.shape[2] == 1:
-        act = act[:, :, 0]
+    """Apply the query rows (b, q) at steps ``t`` in order, in place: activated entries (``act`` (..., b, Hkv, q,
+    n); leading axes, e.g. layers, broadcast) get ``mri = max(mri, t - last)`` and ``last = t``."""
+    if act.shape[-2] == 1:
+        act = act[..., 0, :]
         tt = t.view(-1, 1, 1)
         torch.maximum(mri, (tt - last) * act, out=mri)  # t >= last, so inactive entries keep their mri
         torch.where(act, tt, last, out=last)
         return
     # The previous activation of row i is the latest activation among rows < i, or `last`.
     tq = t[:, None, :, None]  # (b, 1, q, 1)
-    upto = torch.where(act, tq, torch.iinfo(tq.dtype).min).cummax(dim=2).values  # latest activation, rows <= i
-    prev = torch.cat([last[:, :, None], torch.maximum(upto[:, :, :-1], last[:, :, None])], dim=2)
-    torch.maximum(mri, ((tq - prev) * act).amax(dim=2), out=mri)
-    torch.maximum(last, upto[:, :, -1], out=last)
+    upto = torch.where(act, tq, torch.iinfo(tq.dtype).min).cummax(dim=-2).values  # latest activation, rows <= i
+    before = last.unsqueeze(-2)
+    prev = torch.cat([before, torch.maximum(upto[..., :-1, :], before)], dim=-2)
+    torch.maximum(mri, ((tq - prev) * act).amax(dim=-2), out=mri)
+    torch.maximum(last, upto[..., -1, :], out=last)
