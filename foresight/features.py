@@ -32,6 +32,11 @@ candidates. Feature groups (``feature_set``):
     ``8 * G`` numbers, each mapped through ``log(x + 1e-6)`` (attention spans orders of magnitude).
 ``age``
     ``log1p(t - position)``, with ``t`` the newest position in the cache plus one; 1 number.
+``recency``
+    per query head of the group, 2 numbers: ``log1p(t - last)`` and ``log1p(mri)``, LazyEviction's recurrence
+    state (:mod:`foresight.recurrence`) with a query *activating* an entry when it pays it more than the uniform
+    share of its attention (``a * n_visible >= 1``); ``last`` starts at the entry's own position and ``mri`` at
+    0, and every query since the entry arrived counts, the prompt's included. ``2 * G`` numbers.
 
 Normalisation: besides the fixed log transform above, features are standardised per (layer, KV head,
 feature) by the scorer with statistics fitted on events sampled uniformly across all training traces (see
@@ -45,6 +50,7 @@ from typing import Callable
 
 import torch
 
+from foresight.recurrence import activate
 from foresight.views import EvictView, LayersView, StepView
 
 #: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
@@ -70,6 +76,8 @@ class _LayerState:
     filled: int = 0  # valid rows in the ring, min(head, R)
     cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
     dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
+    seen: torch.Tensor | None = None  # (b, Hkv, G, capacity) position of the last activating query (recency)
+    mri: torch.Tensor | None = None  # (b, Hkv, G, capacity) maximum recurrence interval (recency)
 
     def last(self, k: int, c: int) -> torch.Tensor:
         """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
@@ -108,12 +116,26 @@ def _group_age(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int
     return torch.log1p((now - pos[..., :c]).clamp(min=0))[..., None]
 
 
+def _group_recency(view: EvictView, ext: "FeatureExtractor", st: _LayerState, c: int) -> torch.Tensor:
+    b, h, n = view.positions.shape
+    g = ext.num_groups
+    if st.seen is None:  # nothing observed yet: every entry just arrived
+        pos = view.positions[:, :, None, :c].expand(b, h, g, c)
+        last, mri = pos, torch.zeros_like(pos)
+    else:
+        last, mri = st.seen[..., :c], st.mri[..., :c]
+    now = view.positions.amax(-1)[:, :, None, None] + 1
+    stats = torch.stack([torch.log1p((now - last).clamp(min=0).float()), torch.log1p(mri.float())], dim=3)
+    return stats.reshape(b, h, g * 2, c).transpose(-1, -2)  # (b, h, c, 2g): per query head (since, mri)
+
+
 #: name -> (width given (head_dim, num_groups), builder); builders return (b, Hkv, C, width) fp32.
 FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
     "key": (lambda d, g: d, _group_key),
     "value": (lambda d, g: d, _group_value),
     "attn": (lambda d, g: ATTN_STATS * g, _group_attn),
     "age": (lambda d, g: 1, _group_age),
+    "recency": (lambda d, g: 2 * g, _group_recency),
 }
 DEFAULT_FEATURE_SET = ("key", "value", "attn")
 
@@ -183,7 +205,11 @@ class FeatureExtractor:
 
     @property
     def needs_attention(self) -> bool:
-        return "attn" in self.feature_set
+        return "attn" in self.feature_set or self.needs_recency
+
+    @property
+    def needs_recency(self) -> bool:
+        return "recency" in self.feature_set
 
     @property
     def history(self) -> int:
@@ -199,6 +225,8 @@ class FeatureExtractor:
         self._layers = [_LayerState() for _ in range(num_layers)]
         self._rows: torch.Tensor | None = None  # (L, b, Hkv, G, R, capacity): every layer's ring
         self._run: torch.Tensor | None = None  # (L, b, Hkv, G, capacity): every layer's running sum
+        self._seen: torch.Tensor | None = None  # (L, b, Hkv, G, capacity): recency state (needs_recency only)
+        self._mri: torch.Tensor | None = None
 
     def _reserve(self, probs: torch.Tensor, n: int) -> None:
         """Room for ``n`` entries in every layer (new columns zero); ``probs`` is one layer's (b, Hkv, G, q, n)."""
@@ -207,13 +235,35 @@ class FeatureExtractor:
             return
         cap = 0 if rows is None else rows.shape[-1]
         new = max(n, 2 * cap, 64)
-        grown_rows = probs.new_zeros(len(self._layers), *probs.shape[:3], self.history, new)
-        grown_run = probs.new_zeros(len(self._layers), *probs.shape[:3], new)
-        if rows is not None:
-            grown_rows[..., :cap], grown_run[..., :cap] = rows, self._run
-        self._rows, self._run = grown_rows, grown_run
-        for i, st in enumerate(self._layers):
-            st.rows, st.run = grown_rows[i], grown_run[i]
+        shape = (len(self._layers), *probs.shape[:3])
+        grown = {"rows": probs.new_zeros(*shape, self.history, new), "run": probs.new_zeros(*shape, new)}
+        if self.needs_recency:
+            grown["seen"] = torch.zeros(*shape, new, dtype=torch.long, device=probs.device)
+            grown["mri"] = torch.zeros_like(grown["seen"])
+        for name, buf in grown.items():
+            old = getattr(self, "_" + name)
+            if old is not None:
+                buf[..., :cap] = old
+            setattr(self, "_" + name, buf)
+            for i, st in enumerate(self._layers):
+                setattr(st, name, buf[i])
+
+    def _recur(self, last: torch.Tensor, mri: torch.Tensor, probs: torch.Tensor, mask, positions, have: int,
+               query_positions: torch.Tensor) -> None:
+        """The recency state's update for query rows ``probs`` (..., b, Hkv, G, q, n): entries ``have:n`` arrive
+        (``last`` = their position), then the rows activate the entries they pay more than the uniform share."""
+        n = probs.shape[-1]
+        last[..., have:n] = positions[..., None, have:n]
+        mri[..., have:n] = 0
+        if mask is None:
+            act = probs * n >= 1
+        else:  # a row's share is over the entries it may attend (chunk causality, padding)
+            visible = mask.sum(-1, keepdim=True)  # (mb, 1 or Hq, q, 1)
+            q = visible.shape[2]
+            visible = visible.view(visible.shape[0], 1, 1, q, 1) if visible.shape[1] == 1 else \
+                visible.view(visible.shape[0], probs.shape[-4], probs.shape[-3], q, 1)
+            act = probs * visible >= 1
+        activate(last[..., :n], mri[..., :n], act, query_positions[:, None, None, :, None])
 
     # -- observation ----------------------------------------------------------------------------------------------
     def observe(self, view: StepView) -> None:
@@ -226,6 +276,8 @@ class FeatureExtractor:
         q, n = probs.shape[3], probs.shape[4]
         history = self.history
         self._reserve(probs, n)
+        if self.needs_recency:
+            self._recur(st.seen, st.mri, probs, view.mask, view.positions, st.n, view.query_positions)
         st.n = n
         if q == 1:  # a decode step: one row, written to its ring slot by a plain copy (no index tensor)
             row = probs[:, :, :, 0]
@@ -253,6 +305,8 @@ class FeatureExtractor:
             return
         history, head = self.history, layers[0].head
         self._reserve(probs[0], n)
+        if self.needs_recency:
+            self._recur(self._seen, self._mri, probs, view.mask, view.positions, layers[0].n, view.query_positions)
         if k == 1:
             row = probs[:, :, :, :, 0]  # (L, b, Hkv, G, n)
             self._run[..., :n].add_(row)
@@ -303,6 +357,9 @@ class FeatureExtractor:
         run = st.run[..., :n].gather(-1, idx)
         st.run[..., :k].copy_(run)
         st.run[..., k:n].zero_()
+        if st.seen is not None:
+            for buf in (st.seen, st.mri):
+                buf[..., :k] = buf[..., :n].gather(-1, idx)
         st.n = k
         if st.cum is not None:
             st.cum, st.dec = st.cum.gather(-1, idx), st.dec.gather(-1, idx)

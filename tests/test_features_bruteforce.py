@@ -14,6 +14,10 @@ The extractor's features of every candidate at every event and layer must equal 
 trajectories (different per KV head), with prefills longer than ``W`` (a long first replay piece; a prompt
 longer than ``B`` compressed right after prefill) and batches.
 
+The ``recency`` features (LazyEviction's ``t - last`` and ``mri`` per query head, a query activating an entry
+when it pays it at least the uniform share of its attention) are checked the same way against plain-Python
+bookkeeping by logical position over every logged query.
+
 The scorer's feature standardisation is fitted on a seeded uniform sample of the events of all training traces
 (not the first events, i.e. the first trace or two).
 """
@@ -26,7 +30,7 @@ import pytest
 import torch
 
 import foresight
-from foresight.features import ATTN_STATS, LOG_EPS, FeatureExtractor
+from foresight.features import ATTN_STATS, LOG_EPS, FeatureExtractor, feature_columns
 from foresight.policies.base import EvictionPolicy
 from foresight.policies.recorder import FeatureRecorder
 from tests.conftest import get_model
@@ -41,10 +45,12 @@ class _StepLog(EvictionPolicy):
     name = "step_log"
     observes = True
     steps: list = field(default_factory=list)  # (layer, events so far, probs (b, h, g, q, n), positions (b, h, n))
+    rows: list = field(default_factory=list)  # (layer, events so far, view.probs, visible (b, h, g, q), qpos, positions)
     events: int = 0
 
     def reset(self, *args, **kwargs):
         self.steps.clear()
+        self.rows.clear()
         self.events = 0
 
     def observe(self, view):
@@ -61,6 +67,9 @@ class _StepLog(EvictionPolicy):
         probs = probs * view.valid[:, :, None, -nq:, None]
         torch.testing.assert_close(probs, view.probs * view.valid[:, :, None, -nq:, None], rtol=1e-4, atol=1e-5)
         self.steps.append((view.layer_idx, self.events, probs, view.positions.clone()))
+        visible = allowed.sum(-1).expand(b, hkv, g, nq)
+        self.rows.append((view.layer_idx, self.events, view.probs.clone(), visible, view.query_positions.clone(),
+                          view.positions.clone(), view.valid[:, :, -nq:].clone()))
 
     def score(self, view):
         pos = view.candidate_positions.float()
@@ -105,14 +114,71 @@ def _check(got: list, log: _StepLog, num_positions: int, min_events: int) -> Non
                                    msg=msg)
 
 
+def _recency_reference(log: _StepLog, layer: int, event: int) -> tuple[dict, dict]:
+    """last and mri per (row, KV head, query head, logical position) from every query before ``event``."""
+    last, mri = {}, {}
+    for lay, before, probs, visible, qpos, pos, qvalid in log.rows:
+        if lay != layer or before > event:
+            continue
+        b, h, g, q, n = probs.shape
+        for bi in range(b):
+            for hi in range(h):
+                for gi in range(g):
+                    for j in range(n):
+                        last.setdefault((bi, hi, gi, int(pos[bi, hi, j])), int(pos[bi, hi, j]))
+                        mri.setdefault((bi, hi, gi, int(pos[bi, hi, j])), 0)
+                    for i in range(q):  # rows in order
+                        if not qvalid[bi, hi, i]:
+                            continue  # a left-padding query
+                        t = int(qpos[bi, i])
+                        for j in range(n):
+                            if float(probs[bi, hi, gi, i, j]) * int(visible[bi, hi, gi, i]) >= 1:
+                                key = (bi, hi, gi, int(pos[bi, hi, j]))
+                                mri[key] = max(mri[key], t - last[key])
+                                last[key] = t
+    return last, mri
+
+
+def _check_recency(got: list, log: _StepLog, min_events: int) -> None:
+    assert len({ev[0] for ev in got}) >= min_events
+    active = 0
+    for event, layer, cand, valid, feats, now in got:
+        last, mri = _recency_reference(log, layer, event)
+        b, h, c = cand.shape
+        g = feats.shape[-1] // 2
+        stats = feats.view(b, h, c, g, 2)
+        for bi in range(b):
+            for hi in range(h):
+                for ci in range(c):
+                    if not valid[bi, hi, ci]:
+                        continue
+                    for gi in range(g):
+                        key = (bi, hi, gi, int(cand[bi, hi, ci]))
+                        since = int(now[bi, hi]) + 1 - last[key]
+                        want = torch.log1p(torch.tensor([since, mri[key]], dtype=torch.float32))
+                        torch.testing.assert_close(stats[bi, hi, ci, gi], want, msg=f"event {event}, layer {layer}")
+                        active += mri[key] > 0
+    assert active > 0  # some entries recurred: the test exercises the recurrence, not only the entry rule
+
+
 def _recorder(log: _StepLog, got: list) -> FeatureRecorder:
     def on_event(view, feats):
         c = view.num_candidates
         got.append((view.event, view.layer_idx, view.candidate_positions.clone(), view.valid[..., :c].clone(),
-                    feats.clone()))
+                    feats.clone(), view.positions.amax(-1)))
 
-    return FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=("attn",), decay=DECAY), driver=log,
-                           on_event=on_event)
+    return FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=("attn", "recency"), decay=DECAY),
+                           driver=log, on_event=on_event)
+
+
+def _split(got: list, model) -> tuple[list, list]:
+    """The recorded features split into the attn group and the recency group."""
+    cfg = model.config
+    d, g = cfg.hidden_size // cfg.num_attention_heads, cfg.num_attention_heads // cfg.num_key_value_heads
+    d = getattr(cfg, "head_dim", None) or d
+    cols = {name: feature_columns((name,), ("attn", "recency"), d, g) for name in ("attn", "recency")}
+    return ([(*ev[:4], ev[4][..., cols["attn"]]) for ev in got],
+            [(*ev[:4], ev[4][..., cols["recency"]], ev[5]) for ev in got])
 
 
 @pytest.mark.parametrize("chunk", [None, B + W])
@@ -122,7 +188,9 @@ def test_cumulative_features_equal_full_attention_sums_in_replay(tiny, chunk):
     seq = torch.randint(3, 250, (2, 48), generator=torch.Generator().manual_seed(3))
     log, got = _StepLog(), []
     foresight.replay(model, seq, _recorder(log, got), B, W, chunk=chunk)
-    _check(got, log, seq.shape[1], min_events=6)
+    attn, recency = _split(got, model)
+    _check(attn, log, seq.shape[1], min_events=6)
+    _check_recency(recency, log, min_events=6)
 
 
 def test_cumulative_features_include_a_compressed_prompt(tiny):
@@ -134,7 +202,9 @@ def test_cumulative_features_include_a_compressed_prompt(tiny):
     res = foresight.generate(model, tok, prompts, policy=_recorder(log, got), budget=B, interval=W,
                              max_new_tokens=20, stop_on_eos=False, align="batch")
     assert res.stats["evictions"] >= 5
-    _check(got, log, 30 + 20, min_events=5)
+    attn, recency = _split(got, model)
+    _check(attn, log, 30 + 20, min_events=5)
+    _check_recency(recency, log, min_events=5)
 
 
 # ---------------------------------------------------------------------------------------------------------------

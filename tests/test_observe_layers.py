@@ -25,7 +25,7 @@ def build(name: str, fingerprint: dict, held: bool = True, budget: int = B, inte
     """The policy; ``held=False`` turns decode-step holding off (every step observed as it comes, per layer)."""
     if name == "learned":  # a scorer of the cache's own setting (another one is refused)
         cfg = ScorerConfig(fingerprint=fingerprint, budget=budget, interval=interval,
-                           feature_set=("key", "value", "attn", "age"))
+                           feature_set=("key", "value", "attn", "age", "recency"))
         policy = make_policy("learned", scorer=Scorer(cfg, seed=0))
     else:
         policy = make_policy(name)

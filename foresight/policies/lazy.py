@@ -31,6 +31,7 @@ import torch
 from foresight.policies._common import GROUP_REDUCTIONS, as_float, check_choice, reduce_group
 from foresight.policies.base import EntryState, EvictionPolicy, check_range
 from foresight.policies.registry import register_policy
+from foresight.recurrence import activate
 
 ENTRIES = ("published", "fresh")
 
@@ -128,13 +129,13 @@ class LazyEvictionPolicy(EvictionPolicy):
         act = a >= self.alpha
         t = view.query_positions  # (b, q)
         if self._past_prompt[layer]:
-            _activate(last, mri, act, t)
+            activate(last, mri, act, t[:, None, :, None])
         else:
             # Published: the prompt's rows first (in order they precede every decode row), then the reset of the
             # prompt tokens to the prefill state at each row's first decode step, then the decode rows.
             prompt_rows = t < self._prompt[:, None]  # (b, q)
             if bool(prompt_rows.any()):
-                _activate(last, mri, act & prompt_rows[:, None, :, None], t)
+                activate(last, mri, act & prompt_rows[:, None, :, None], t[:, None, :, None])
             if not bool(prompt_rows.all()):
                 decoding = self._decoding[layer]
                 if decoding is None:
@@ -148,7 +149,7 @@ class LazyEvictionPolicy(EvictionPolicy):
                     self._decoding[layer] = decoding = decoding | starting
                     # positions only grow, so once every row decodes no later row is a prompt row
                     self._past_prompt[layer] = bool(decoding.all())
-                _activate(last, mri, act & ~prompt_rows[:, None, :, None], t)
+                activate(last, mri, act & ~prompt_rows[:, None, :, None], t[:, None, :, None])
         self.state.set(layer, "last", last)
         self.state.set(layer, "mri", mri)
         self._t[layer] = t[:, -1]
@@ -163,7 +164,7 @@ class LazyEvictionPolicy(EvictionPolicy):
         torch.sub(view.positions[..., have:n], 0 if self.entry == "fresh" else 1, out=last[..., have:n])
         act = reduce_group(view.probs, self.group_reduce, dim=3) >= self.alpha  # (L, b, Hkv, k, n)
         t = view.query_positions  # (b, k)
-        _activate(last, mri, act, t)  # every layer at once
+        activate(last, mri, act, t[:, None, :, None])  # every layer at once
         for layer in range(len(self._n)):
             self._n[layer] = n
             self.state.set(layer, "last", last[layer])
@@ -220,21 +221,3 @@ class LazyEvictionPolicy(EvictionPolicy):
         vals = [d["mri"][d["mri"] > 0].flatten().float() for d in self.state.tensors if "mri" in d]
         vals = torch.cat(vals) if vals else torch.zeros(0)
         return float(vals.quantile(q)) if vals.numel() else 0.0
-
-
-def _activate(last: torch.Tensor, mri: torch.Tensor, act: torch.Tensor, t: torch.Tensor) -> None:
-    """Apply the query rows (b, q) at steps ``t`` in order, in place: activated entries (``act`` (..., b, Hkv, q,
-    n); leading axes, e.g. layers, broadcast) get ``mri = max(mri, t - last)`` and ``last = t``."""
-    if act.shape[-2] == 1:
-        act = act[..., 0, :]
-        tt = t.view(-1, 1, 1)
-        torch.maximum(mri, (tt - last) * act, out=mri)  # t >= last, so inactive entries keep their mri
-        torch.where(act, tt, last, out=last)
-        return
-    # The previous activation of row i is the latest activation among rows < i, or `last`.
-    tq = t[:, None, :, None]  # (b, 1, q, 1)
-    upto = torch.where(act, tq, torch.iinfo(tq.dtype).min).cummax(dim=-2).values  # latest activation, rows <= i
-    before = last.unsqueeze(-2)
-    prev = torch.cat([before, torch.maximum(upto[..., :-1, :], before)], dim=-2)
-    torch.maximum(mri, ((tq - prev) * act).amax(dim=-2), out=mri)
-    torch.maximum(last, upto[..., -1, :], out=last)
