@@ -33,9 +33,10 @@ from transformers.cache_utils import Cache
 from foresight.forward_hooks import install_hooks
 from foresight.kv_storage import BudgetedLayer, SharedBuffers
 from foresight.models import check_supported, model_fingerprint, model_shape
+from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
-from foresight.views import EvictView, LayersView, StepView, attention_probs, chunk_causal
+from foresight.views import EvictView, StepView, attention_probs, chunk_causal
 
 
 class BudgetedCache(Cache):
@@ -60,8 +61,6 @@ class BudgetedCache(Cache):
     """
 
     drives_forward = True  # the forward hooks (foresight.forward_hooks) act on caches that say so
-    #: held decode steps are handed to the policy before their attention probabilities would exceed this size
-    observe_bytes: int = 64 << 20
 
     def __init__(
         self,
@@ -116,13 +115,7 @@ class BudgetedCache(Cache):
         self._has_padding = False
         self._shared_mask: tuple[tuple[int, int], torch.Tensor | None] | None = None
         self._routed: list = []
-        # Decode steps whose observation waits for the next event (_hold, _flush_held): this step's query per
-        # layer, then every complete step's queries of all layers (L, b, Hq, 1, d) with their positions (b, 1)
-        self._step_rows: dict[int, torch.Tensor] = {}
-        self._held: list[torch.Tensor] = []
-        self._held_pos: list[torch.Tensor] = []
-        self._held_scaling: float | None = None
-        self._appended = [0] * num_layers  # entries each layer appended in the current step
+        self.observer = Observer(policy, self.shared)  # hands queries to the policy (decode steps held)
 
     # -- the schedule -------------------------------------------------------------------------------------------
     @property
@@ -142,8 +135,8 @@ class BudgetedCache(Cache):
     # -- one forward step ----------------------------------------------------------------------------------------
     def begin_step(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
         """Declare the logical positions (batch, q) and validity of the tokens the next forward appends."""
+        self.observer.begin_step(first=self.fed == 0)
         if self.fed == 0:
-            self._held, self._held_pos = [], []
             batch, q = positions.shape
             self.policy.reset(batch, len(self.layers), positions.device, num_groups=self.num_groups, **self._meta)
             if self.config.protect_prompt and self.budget is not None:
@@ -152,14 +145,12 @@ class BudgetedCache(Cache):
         self._step_pos = positions
         self._step_valid = valid
         self._shared_mask = None
-        self._step_rows = {}  # a forward that failed midway leaves nothing for this one
-        self._appended = [0] * len(self.layers)
         if not self._has_padding and not bool(valid.all()):
             self._has_padding = True
 
     def end_step(self) -> None:
         """Close the forward step; fire the eviction event when the cache holds ``target + W`` entries."""
-        self._hold_step()
+        self.observer.end_step(self._step_pos, self.step)
         self.step += 1
         self.fed += self._step_pos.shape[1]
         for i, layer in enumerate(self.layers):
@@ -167,7 +158,7 @@ class BudgetedCache(Cache):
             if n > self.peak_entries[i]:
                 self.peak_entries[i] = n
         due = self.budget is not None and self.length >= self.target + self.interval
-        if due or self._held_bytes() >= self.observe_bytes:
+        if due or self.observer.over_cap(self.length):
             self.flush_observations()
         if due:
             self._evict(self.target, min(self.interval, self.length - 1))
@@ -228,7 +219,7 @@ class BudgetedCache(Cache):
 
     # -- called by transformers' attention modules ----------------------------------------------------------------
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
-        self._appended[layer_idx] += key_states.shape[2]
+        self.observer.appended(layer_idx, key_states.shape[2])
         return self.layers[layer_idx].append(key_states, value_states, self._step_pos, self._step_valid)
 
     def attention_mask(self, layer_idx: int, q: int, dtype: torch.dtype) -> torch.Tensor | None:
@@ -252,98 +243,15 @@ class BudgetedCache(Cache):
         return mask.repeat_interleave(g, dim=1) if g > 1 else mask
 
     def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None, scaling=None) -> None:
-        """Hand the layer's new queries to the policy; ``mask`` is the one :meth:`attention_mask` gave SDPA.
-
-        A decode step (one query row, no mask, entries in the shared buffers) of a policy with ``observes_layers``
-        is *held*: its queries wait until the next event (or until :attr:`observe_bytes` worth of probabilities),
-        and the policy then sees every held step of every layer at once, as one chunk of queries over the cache
-        (:meth:`flush_observations`). Nothing is evicted in between, so the held queries see exactly the entries
-        they saw when they were decoded, and the cached keys are read once per event instead of once per step:
-        the same chunked observation that replay makes. Any other step first hands over what is held.
-        """
-        if not getattr(self.policy, "observes", False):
-            return
-        if self._holdable(layer_idx, query, mask, scaling):
-            self._step_rows[layer_idx] = query  # a fresh tensor of this forward, never written again
-            self._held_scaling = scaling
-            return
-        self.flush_observations()  # older steps first
-        with torch.no_grad():  # policies keep statistics, never a graph (a replay with gradients stays lean)
-            self._observe(layer_idx, query, keys, values, mask, scaling)
-
-    def _holdable(self, layer_idx: int, query, mask, scaling) -> bool:
-        return (mask is None and query.shape[2] == 1 and self.policy.observes_layers
-                and self.layers[layer_idx]._buffers is not None
-                and (scaling == self._held_scaling or not (self._held or self._step_rows)))
-
-    def _hold_step(self) -> None:
-        """Move the step's held queries to the held steps; a step that not every layer held is observed now."""
-        rows, self._step_rows = self._step_rows, {}
-        if len(rows) == len(self.layers):
-            self._held.append(torch.stack([rows[i] for i in range(len(rows))]))
-            self._held_pos.append(self._step_pos)
-        elif rows:
-            self.flush_observations()
-            with torch.no_grad():
-                for i, query in sorted(rows.items()):
-                    layer = self.layers[i]
-                    self._observe(i, query, layer.keys, layer.values, None, self._held_scaling)
-        self._appended = [0] * len(self.layers)
-
-    def _held_bytes(self) -> int:
-        """Size of the fp32 probabilities that observing the held steps would take."""
-        if not self._held:
-            return 0
-        return 4 * len(self._held) * self._held[0][..., 0, 0].numel() * self.length
+        """Hand the layer's new queries to the policy (:mod:`foresight.observer`: decode steps of policies that
+        take all layers at once wait for the next event); ``mask`` is the one :meth:`attention_mask` gave SDPA."""
+        self.observer.observe(layer_idx, query, keys, values, mask, scaling, self._step_pos, self.step)
 
     def flush_observations(self) -> None:
-        """Hand every held decode step to the policy: one :class:`LayersView` of all layers whose queries are the
-        held steps (causal over the newest entries, which are those steps' own tokens), or, in the middle of a
-        forward, each layer's :class:`StepView` over its entries before that forward.
-
-        Events call it; so do ``foresight.generate`` and ``replay`` when they finish. After ``model.generate``, call
-        it before reading the policy's state (its statistics otherwise stop at the last event)."""
-        if not self._held:
-            return
-        # the mode the held steps ran in (a caller may flush outside it): the policy's state was made there too
-        mode = torch.inference_mode() if self._held[0].is_inference() else torch.no_grad()
-        with mode:
-            query, pos = torch.cat(self._held, dim=3), torch.cat(self._held_pos, dim=1)
-            self._held, self._held_pos = [], []
-            k = query.shape[3]
-            if not any(self._appended) and all(layer._buffers is not None for layer in self.layers):
-                n, shared = self.length, self.shared
-                self.policy.observe_layers(LayersView(
-                    query=query, keys=shared.keys(n), values=shared.values(n), positions=shared.positions(n),
-                    valid=shared.valid(n), query_positions=pos, step=self.step, scaling=self._held_scaling,
-                    mask=chunk_causal(k, n, query.device)[None, None] if k > 1 else None))
-                return
-            for i, layer in enumerate(self.layers):
-                n = layer.get_seq_length() - self._appended[i]
-                mask = chunk_causal(k, n, query.device)[None, None] if k > 1 else None
-                self._observe(i, query[i], layer.keys[..., :n, :], layer.values[..., :n, :], mask,
-                              self._held_scaling, pos)
-
-    def _observe(self, layer_idx: int, query, keys, values, mask, scaling, query_positions=None) -> None:
-        """The policy's ``observe`` of one layer: ``query`` over its first ``keys.shape[2]`` entries."""
-        layer = self.layers[layer_idx]
-        q, n = query.shape[2], keys.shape[2]
-        if mask is None and q > 1:
-            # SDPA runs this step with is_causal=True and no mask; the policy's probabilities must be causal too.
-            mask = chunk_causal(q, n, keys.device)[None, None]
-        view = StepView(
-            layer_idx=layer_idx,
-            query=query,
-            keys=keys,
-            values=values,
-            positions=layer.positions[..., :n],
-            valid=layer.valid[..., :n],
-            query_positions=self._step_pos if query_positions is None else query_positions,
-            mask=mask,
-            step=self.step,
-            scaling=scaling,
-        )
-        self.policy.observe(view)
+        """Hand every held decode step to the policy now. Events call it, and so do ``foresight.generate`` and
+        ``replay`` when they finish; after ``model.generate``, call it before reading the policy's state (its
+        statistics otherwise stop at the last event)."""
+        self.observer.flush(self.step)
 
     # -- transformers Cache API -----------------------------------------------------------------------------------
     def get_seq_length(self, layer_idx: int = 0) -> int:

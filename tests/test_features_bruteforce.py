@@ -30,7 +30,8 @@ import pytest
 import torch
 
 import foresight
-from foresight.features import ATTN_STATS, LOG_EPS, FeatureExtractor, feature_columns
+from foresight.feature_groups import ATTN_STATS, LOG_EPS, feature_columns
+from foresight.features import FeatureExtractor
 from foresight.policies.base import EvictionPolicy
 from foresight.policies.recorder import FeatureRecorder
 from tests.conftest import get_model

@@ -73,7 +73,7 @@ def drive_by_hand(policy, steps: int, prompt: int, batch: int = 1, pad: int = 0,
     """Feed a prompt, then ``steps`` decode steps; ``chunk_at``: a 3-token forward (e.g. a user turn) at that step."""
     cache = BudgetedCache.from_shape(L, HQ // HKV, policy, CacheConfig(B, W))
     if observe_bytes is not None:
-        cache.observe_bytes = observe_bytes
+        cache.observer.observe_bytes = observe_bytes
     modules = [Module(i) for i in range(L)]
     gen = torch.Generator().manual_seed(0)
     fed = 0

@@ -14,7 +14,8 @@ import torch
 
 import foresight
 from foresight.errors import ForesightError
-from foresight.features import ATTN_STATS, FeatureExtractor, feature_dim
+from foresight.feature_groups import ATTN_STATS, feature_dim
+from foresight.features import FeatureExtractor
 from foresight.policies import make_policy
 from foresight.policies.base import EvictionPolicy
 from foresight.sampling import kept_indices, sample_eviction

@@ -1,0 +1,155 @@
+"""The feature groups of the learned scorer (DESIGN.md section 4): what each candidate's feature vector holds.
+
+Each group builds, at an eviction event, (batch, Hkv, C, width) fp32 features of the C candidates of one layer
+from the :class:`~foresight.views.EvictView`, the layer's observed statistics (:class:`LayerState`) and the
+extractor that keeps them (:class:`foresight.features.FeatureExtractor`: its ``window`` and ``num_groups``). Groups are computed independently of each other, so the features
+of a subset equal the matching columns of a superset's (:func:`feature_columns`).
+
+``key``
+    the cached key (post-RoPE, post k-norm: exactly what the cache stores), ``d`` numbers.
+``value``
+    the cached value, ``d`` numbers.
+``attn``
+    per query head of the group, 8 numbers: max and min over the last ``W`` queries; sums over the last
+    ``W``, 32, 16 and 8 queries; cumulative attention of every query since the entry arrived (up to this
+    event); the same with each earlier inter-event segment decayed by ``decay`` per event.
+    ``8 * G`` numbers, each mapped through ``log(x + 1e-6)`` (attention spans orders of magnitude).
+``age``
+    ``log1p(t - position)``, with ``t`` the newest position in the cache plus one; 1 number.
+``recency``
+    per query head of the group, 2 numbers: ``log1p(t - last)`` and ``log1p(mri)``, LazyEviction's recurrence
+    state (:mod:`foresight.recurrence`) with a query *activating* an entry when it pays it more than the uniform
+    share of its attention (``a * n_visible >= 1``); ``last`` starts at the entry's own position and ``mri`` at
+    0, and every query since the entry arrived counts, the prompt's included. ``2 * G`` numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from foresight.views import EvictView
+
+#: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
+SHORT_WINDOWS = (32, 16, 8)
+ATTN_STATS = 8  # max, min, sum_W, sum_32, sum_16, sum_8, cumulative, decayed
+LOG_EPS = 1e-6
+
+
+@dataclass
+class LayerState:
+    """One layer's attention statistics, views of the extractor's stacked storage so that a step copies nothing.
+
+    ``rows[..., r, i]`` holds the attention that query number ``t`` with ``t % R == r`` paid to entry ``i`` (a
+    ring over the last ``R`` queries; ``head`` counts queries seen); ``run[..., i]`` the attention of all queries
+    since the last event. Columns ``>= n`` (entries not in the cache) are kept at zero, so an appended entry
+    starts with no attention from earlier queries; the capacity grows by doubling, for every layer at once.
+    """
+
+    rows: torch.Tensor | None = None  # (b, Hkv, G, R, capacity)
+    run: torch.Tensor | None = None  # (b, Hkv, G, capacity)
+    n: int = 0  # entries tracked (columns in use)
+    head: int = 0  # queries observed so far
+    filled: int = 0  # valid rows in the ring, min(head, R)
+    cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
+    dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
+    seen: torch.Tensor | None = None  # (b, Hkv, G, capacity) position of the last activating query (recency)
+    mri: torch.Tensor | None = None  # (b, Hkv, G, capacity) maximum recurrence interval (recency)
+
+    def last(self, k: int, c: int) -> torch.Tensor:
+        """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
+        k = min(k, self.filled)
+        r = self.rows.shape[3]
+        idx = torch.arange(self.head - k, self.head, device=self.rows.device) % r
+        return self.rows[..., :c].index_select(3, idx)
+
+
+def _group_key(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    return view.keys[..., :c, :].float()
+
+
+def _group_value(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    return view.values[..., :c, :].float()
+
+
+def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    b, h, n = view.positions.shape
+    g = ext.num_groups
+    if st.rows is None or st.filled == 0:
+        stats = torch.zeros(b, h, g, ATTN_STATS, c, device=view.keys.device)
+    else:
+        last_w = st.last(ext.window, c)  # (b, h, g, <=W, c)
+        sums = [last_w.sum(3)] + [st.last(w, c).sum(3) for w in SHORT_WINDOWS]
+        stats = torch.stack(
+            [last_w.amax(3), last_w.amin(3), *sums, st.cum[..., :c], st.dec[..., :c]], dim=3
+        )  # (b, h, g, 8, c)
+    stats = torch.log(stats + LOG_EPS)
+    return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
+
+
+def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    pos = view.positions.float()
+    now = pos.amax(-1, keepdim=True) + 1
+    return torch.log1p((now - pos[..., :c]).clamp(min=0))[..., None]
+
+
+def _group_recency(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    b, h, n = view.positions.shape
+    g = ext.num_groups
+    if st.seen is None:  # nothing observed yet: every entry just arrived
+        pos = view.positions[:, :, None, :c].expand(b, h, g, c)
+        last, mri = pos, torch.zeros_like(pos)
+    else:
+        last, mri = st.seen[..., :c], st.mri[..., :c]
+    now = view.positions.amax(-1)[:, :, None, None] + 1
+    stats = torch.stack([torch.log1p((now - last).clamp(min=0).float()), torch.log1p(mri.float())], dim=3)
+    return stats.reshape(b, h, g * 2, c).transpose(-1, -2)  # (b, h, c, 2g): per query head (since, mri)
+
+
+#: name -> (width given (head_dim, num_groups), builder); builders return (b, Hkv, C, width) fp32.
+FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
+    "key": (lambda d, g: d, _group_key),
+    "value": (lambda d, g: d, _group_value),
+    "attn": (lambda d, g: ATTN_STATS * g, _group_attn),
+    "age": (lambda d, g: 1, _group_age),
+    "recency": (lambda d, g: 2 * g, _group_recency),
+}
+DEFAULT_FEATURE_SET = ("key", "value", "attn")
+
+
+def check_feature_set(feature_set) -> tuple[str, ...]:
+    """Validate a feature set (names from :data:`FEATURE_GROUPS`, no repeats) and return it as a tuple."""
+    if isinstance(feature_set, str):
+        feature_set = [s.strip() for s in feature_set.split(",") if s.strip()]
+    fs = tuple(feature_set)
+    bad = [f for f in fs if f not in FEATURE_GROUPS]
+    if bad or not fs or len(set(fs)) != len(fs):
+        raise ValueError(
+            f"invalid feature set {list(fs)}: choose distinct names from {', '.join(FEATURE_GROUPS)}"
+        )
+    return fs
+
+
+def feature_dim(feature_set, head_dim: int, num_groups: int) -> int:
+    """Width D of the per-candidate feature vector."""
+    return sum(FEATURE_GROUPS[f][0](head_dim, num_groups) for f in check_feature_set(feature_set))
+
+
+def feature_columns(feature_set, source_set, head_dim: int, num_groups: int) -> list[int]:
+    """Column indices that pick ``feature_set`` (in its order) out of features built with ``source_set``.
+
+    Groups are computed independently of each other, so features of a subset equal the matching columns of
+    the superset's features (training caches the full set once and selects columns per experiment).
+    """
+    feature_set, source_set = check_feature_set(feature_set), check_feature_set(source_set)
+    offsets, start = {}, 0
+    for name in source_set:
+        width = FEATURE_GROUPS[name][0](head_dim, num_groups)
+        offsets[name] = (start, start + width)
+        start += width
+    missing = [f for f in feature_set if f not in offsets]
+    if missing:
+        raise ValueError(f"feature groups {missing} are not in the source features {list(source_set)}")
+    return [i for name in feature_set for i in range(*offsets[name])]
