@@ -2,8 +2,9 @@
 
 Each group builds, at an eviction event, (batch, Hkv, C, width) fp32 features of the C candidates of one layer
 from the :class:`~foresight.views.EvictView`, the layer's observed statistics (:class:`LayerState`) and the
-extractor that keeps them (:class:`foresight.features.FeatureExtractor`: its ``window`` and ``num_groups``). Groups are computed independently of each other, so the features
-of a subset equal the matching columns of a superset's (:func:`feature_columns`).
+extractor that keeps them (:class:`foresight.features.FeatureExtractor`: its ``window`` and ``num_groups``).
+Groups are computed independently of each other, so the features of a subset equal the matching columns of a
+superset's (:func:`feature_columns`).
 
 ``key``
     the cached key (post-RoPE, post k-norm: exactly what the cache stores), ``d`` numbers.

@@ -46,7 +46,8 @@ class _StepLog(EvictionPolicy):
     name = "step_log"
     observes = True
     steps: list = field(default_factory=list)  # (layer, events so far, probs (b, h, g, q, n), positions (b, h, n))
-    rows: list = field(default_factory=list)  # (layer, events so far, view.probs, visible (b, h, g, q), qpos, positions)
+    # (layer, events so far, view.probs, visible (b, h, g, q), query positions, positions, query validity)
+    rows: list = field(default_factory=list)
     events: int = 0
 
     def reset(self, *args, **kwargs):
