@@ -21,8 +21,8 @@ from tests.conftest import get_model, save_random_traces
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _run_module():
-    spec = importlib.util.spec_from_file_location("quality_run", REPO / "benchmarks" / "quality" / "run.py")
+def _run_module(name: str = "run"):
+    spec = importlib.util.spec_from_file_location(f"quality_{name}", REPO / "benchmarks" / "quality" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -97,3 +97,33 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     i = args.index(f"grpo={tmp_path / 'grpo24'}")
     with pytest.raises(ForesightError, match="no scorer for B=24 W=8"):
         _run_module().main(args[: i - 1] + args[i + 1 :])
+
+
+def _quality_json(path: Path, model: str, records: list[dict]) -> str:
+    for r in records:
+        r.setdefault("tokens", 100)
+        r.setdefault("ce_full", 0.5)
+    path.write_text(json.dumps({"meta": {"model": model}, "summaries": [], "records": records}))
+    return str(path)
+
+
+def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_path, capsys):
+    compare = _run_module("compare")
+    new = _quality_json(tmp_path / "new.json", "m", [_rec("sl", {"a": 1.1, "b": 1.3, "c": 1.2})])
+    old = _quality_json(tmp_path / "old.json", "m", [_rec("sl_long", {"a": 1.2, "b": 1.3, "c": 1.5})])
+    r = compare.compare(f"{new}:sl", f"{old}:sl_long", 16, 4)
+    assert math.isclose(r["mean"], (-0.1 + 0.0 - 0.3) / 3) and r["n_traces"] == 3
+    assert r["ci_low"] <= r["mean"] <= r["ci_high"] <= 0.0
+    assert compare.main([f"{new}:sl", f"{old}:sl_long", "--budget", "16", "--interval", "4"]) == 0
+    assert "paired a - b -0.1333" in capsys.readouterr().out
+    other_traces = _quality_json(tmp_path / "t.json", "m", [_rec("sl", {"a": 1.0, "b": 1.0, "d": 1.0})])
+    other_tokens = _quality_json(tmp_path / "k.json", "m", [{**_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0}),
+                                                             "ce_full": 0.7}])
+    other_model = _quality_json(tmp_path / "o.json", "other", [_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0})])
+    for spec, match in ((f"{other_traces}:sl", "different traces"), (f"{other_tokens}:sl", "full-cache CE"),
+                        (f"{other_model}:sl", "model differs"), (f"{new}:grpo", "no record 'grpo' at B=16 W=4"),
+                        (f"{tmp_path / 'missing.json'}:sl", "not a readable quality.json"), (new, "expected FILE:STAGE")):
+        with pytest.raises(ForesightError, match=match):
+            compare.compare(spec, f"{old}:sl_long", 16, 4)
+    with pytest.raises(ForesightError, match="no record 'sl' at B=64 W=16"):
+        compare.compare(f"{new}:sl", f"{old}:sl_long", 64, 16)
