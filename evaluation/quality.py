@@ -25,12 +25,19 @@ from evaluation.stats import paired_bootstrap
 REFERENCES = ("full", "golden")
 
 
-def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
-    ra, rb = records[a]["per_trace_ratio"], records[b]["per_trace_ratio"]
+def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0) -> dict:
+    """Paired per-trace difference ``a - b`` of two fidelity records' loss ratios with its bootstrap interval
+    (:func:`evaluation.stats.paired_bootstrap`); refuses records measured on different traces."""
+    ra, rb = a["per_trace_ratio"], b["per_trace_ratio"]
     if set(ra) != set(rb):
-        raise ForesightError(f"{a} and {b} were measured on different traces; a paired comparison needs the same")
+        raise ForesightError(f"{a_name} and {b_name} were measured on different traces; a paired comparison needs "
+                             "the same")
     ids = sorted(ra)
     return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed)
+
+
+def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
+    return paired_difference(records[a], records[b], a, b, seed)
 
 
 def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int = 0) -> dict:

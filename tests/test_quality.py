@@ -120,9 +120,14 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
     other_tokens = _quality_json(tmp_path / "k.json", "m", [{**_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0}),
                                                              "ce_full": 0.7}])
     other_model = _quality_json(tmp_path / "o.json", "other", [_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0})])
+    no_ratios = _quality_json(tmp_path / "r.json", "m", [{"policy": "sl", "budget": 16, "interval": 4}])
+    not_quality = tmp_path / "q.json"
+    not_quality.write_text(json.dumps({"meta": {}, "records": {"sl": 1}}))
     for spec, match in ((f"{other_traces}:sl", "different traces"), (f"{other_tokens}:sl", "full-cache CE"),
                         (f"{other_model}:sl", "model differs"), (f"{new}:grpo", "no record 'grpo' at B=16 W=4"),
-                        (f"{tmp_path / 'missing.json'}:sl", "not a readable quality.json"), (new, "expected FILE:STAGE")):
+                        (f"{tmp_path / 'missing.json'}:sl", "not a readable quality.json"), (new, "expected FILE:STAGE"),
+                        (f"{no_ratios}:sl", "record 'sl' has no per_trace_ratio"),
+                        (f"{not_quality}:sl", "not a quality.json")):
         with pytest.raises(ForesightError, match=match):
             compare.compare(spec, f"{old}:sl_long", 16, 4)
     with pytest.raises(ForesightError, match="no record 'sl' at B=64 W=16"):

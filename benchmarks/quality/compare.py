@@ -17,8 +17,10 @@ import json
 import math
 from pathlib import Path
 
-from evaluation.stats import paired_bootstrap
+from evaluation.quality import paired_difference
 from foresight.errors import ForesightError, run_script
+
+RECORD_KEYS = ("per_trace_ratio", "tokens", "ce_full", "loss_ratio", "mean_trace_ratio")
 
 
 def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
@@ -30,13 +32,17 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{path}: not a readable quality.json ({exc})") from None
-    if not isinstance(data, dict) or "records" not in data or "meta" not in data:
+    if (not isinstance(data, dict) or not isinstance(data.get("meta"), dict)
+            or not isinstance(data.get("records"), list) or not all(isinstance(r, dict) for r in data["records"])):
         raise ForesightError(f"{path}: not a quality.json (no 'meta' and 'records')")
     found = [r for r in data["records"] if r.get("policy") == stage
              and (r.get("budget"), r.get("interval")) == (budget, interval)]
     if not found:
-        names = sorted({r.get("policy") for r in data["records"]})
+        names = sorted(str(r.get("policy")) for r in data["records"])
         raise ForesightError(f"{path}: no record {stage!r} at B={budget} W={interval} (has {', '.join(names)})")
+    missing = [k for k in RECORD_KEYS if k not in found[0]]
+    if missing:
+        raise ForesightError(f"{path}: record {stage!r} has no {', '.join(missing)}")
     return data["meta"], found[0]
 
 
@@ -45,16 +51,11 @@ def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0)
     (meta_a, a), (meta_b, b) = load_record(a_spec, budget, interval), load_record(b_spec, budget, interval)
     if meta_a.get("model") != meta_b.get("model"):
         raise ForesightError(f"model differs: {meta_a.get('model')!r} vs {meta_b.get('model')!r}")
-    ta, tb = a["per_trace_ratio"], b["per_trace_ratio"]
-    if set(ta) != set(tb):
-        raise ForesightError(f"{a_spec} and {b_spec} were measured on different traces "
-                             f"({len(set(ta) ^ set(tb))} trace ids differ)")
     if a["tokens"] != b["tokens"] or not math.isclose(a["ce_full"], b["ce_full"], rel_tol=1e-6):
-        raise ForesightError(f"{a_spec} and {b_spec}: same trace ids but different scored tokens or full-cache CE "
+        raise ForesightError(f"{a_spec} and {b_spec}: different scored tokens or full-cache CE "
                              f"({a['tokens']} vs {b['tokens']} tokens, {a['ce_full']:.6f} vs {b['ce_full']:.6f}); "
                              "not the same traces or model")
-    ids = sorted(ta)
-    out = paired_bootstrap([ta[t] for t in ids], [tb[t] for t in ids], seed=seed)
+    out = paired_difference(a, b, a_spec, b_spec, seed)  # refuses different trace ids
     out.update(a=a_spec, b=b_spec, a_loss_ratio=a["loss_ratio"], b_loss_ratio=b["loss_ratio"],
                a_mean_trace_ratio=a["mean_trace_ratio"], b_mean_trace_ratio=b["mean_trace_ratio"])
     return out
