@@ -12,7 +12,6 @@ policy, B and W it was trained under (:mod:`evaluation.export_adapter`).
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_sum
 from foresight import __version__
 from foresight.config import read_json
 from foresight.errors import ForesightError
+from foresight.fingerprint import file_sha256
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
 
 ONNX_NAME = "scorer.onnx"
@@ -92,10 +92,6 @@ def _git_commit() -> str | None:
         return None
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
     lines = ["## Evaluation", "", f"Fidelity on held-out traces (from `{source}`; lower loss ratio is better, "
              "1.0 = identical to the full cache):", ""]
@@ -150,7 +146,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
         f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
         f"{n_params:,} parameters",
-        f"- files: `config.json`, `model.safetensors` (sha256 `{_sha256((files_at or out) / 'model.safetensors')[:16]}…`)"
+        f"- files: `config.json`, `{WEIGHTS_NAME}` (sha256 `{file_sha256((files_at or out) / WEIGHTS_NAME)[:16]}…`)"
         + (f", `{ONNX_NAME}` (max |ONNX − PyTorch| = {onnx_diff:.2e} on random inputs)" if onnx_diff is not None else ""),
         "",
         *(adapter_lines or []),

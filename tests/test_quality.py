@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -86,6 +87,10 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
     for r in result["records"]:
         assert sorted(r["per_trace_ratio"]) == ["p0#0", "p1#0", "p3#0"]  # the held-out split only
     assert result["meta"]["policy_args"] == {"grpo": {"selection": "sample"}, "random": {"seed": 3}}
+    # each stage's weights are identified by their hash (a shipped short name may later point at newer weights)
+    assert result["meta"]["scorer_sha256"] == {
+        f"{st}@B{b}W{w}": hashlib.sha256((tmp_path / f"{st}{b}" / "model.safetensors").read_bytes()).hexdigest()
+        for st in ("sl", "grpo") for b, w in ((16, 4), (24, 8))}
     assert (tmp_path / "out" / "quality.png").stat().st_size > 0
     assert "gap closed" in (tmp_path / "out" / "quality.md").read_text()
     # a bad stage hyperparameter and a stage named like a policy are refused before any compute

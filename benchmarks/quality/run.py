@@ -33,7 +33,8 @@ from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
 from foresight.errors import ForesightError, run_script  # noqa: E402
 from foresight.models import load_model  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
-from foresight.scorer import Scorer  # noqa: E402
+from foresight.fingerprint import file_sha256  # noqa: E402
+from foresight.scorer import WEIGHTS_NAME, Scorer, resolve_scorer  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
 
 HEURISTICS = ["random", "streaming_llm", "h2o", "tova", "snapkv", "rkv", "keydiff", "lazy", "paged"]
@@ -153,8 +154,11 @@ def main(argv=None) -> int:
         summaries.append(quality_summary(records, stages, seed=args.seed))
         raw.extend(records)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": args.model, "traces": args.traces, "scorers": dict((f"{s}@B{b}W{w}", d) for (s, b, w), d in
-                                                                         dirs.items()),
+    meta = {"model": args.model, "traces": args.traces,
+            "scorers": {f"{s}@B{b}W{w}": d for (s, b, w), d in dirs.items()},
+            # a short name (foresight/scorers/) can be replaced by a newer scorer: the weights' hash says which one
+            "scorer_sha256": {f"{s}@B{b}W{w}": file_sha256(resolve_scorer(d) / WEIGHTS_NAME)
+                              for (s, b, w), d in dirs.items()},
             "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v},
             "seconds": round(time.time() - started, 1)}
     (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))
