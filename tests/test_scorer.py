@@ -327,6 +327,11 @@ def test_every_shipped_scorer_loads_and_matches_its_name():
         model, b, w = name.rsplit("-", 2)
         assert (f"b{cfg.budget}", f"w{cfg.interval}") == (b, w)
         assert cfg.fingerprint["model"] == model
+        # selection=sample draws at the scorer's own temperature, so a shipped scorer must record one
+        assert cfg.temperature is not None and cfg.temperature > 0
+        # the model card's evaluation was measured at the scorer's own B and W
+        card = json.loads((shipped[name] / "fidelity.json").read_text())
+        assert card and {r["budget"] for r in card} == {cfg.budget} and {r["interval"] for r in card} == {cfg.interval}
 
 
 @pytest.mark.slow
