@@ -208,7 +208,9 @@ class Scorer(nn.Module):
         directory.mkdir(parents=True, exist_ok=True)
         (directory / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2, default=str))
         state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
-        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt", "type": "foresight-scorer"})
+        # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either order
+        # and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)
+        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
         return directory
 
     @classmethod

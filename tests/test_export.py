@@ -42,9 +42,15 @@ def _features(cfg, gen, batch=2, n=11):
 def test_round_trip(scorer_dir, tmp_path, capsys):
     from foresight.scorer import Scorer
 
+    from safetensors.torch import load_file, save_file
+
+    # weights as an older version wrote them (two metadata keys): the export must keep those very bytes
+    src = scorer_dir / "scorer" / "model.safetensors"
+    save_file(load_file(src), str(src), metadata={"type": "foresight-scorer", "format": "pt"})
     out = tmp_path / "export"
     assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "README.md"}
+    assert (out / "model.safetensors").read_bytes() == src.read_bytes()  # same SHA-256 as trained
     orig = Scorer.from_pretrained(scorer_dir / "scorer")
     exp = Scorer.from_pretrained(out)
     x = _features(orig.config, torch.Generator().manual_seed(0))

@@ -6,6 +6,7 @@ policy equal those computed during a teacher-forced replay of the same sequence 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 
@@ -63,6 +64,17 @@ def test_input_dim_matches_feature_groups():
     assert _scorer(model).config.input_dim == 2 * d + ATTN_STATS * g + 1
     with pytest.raises(ValueError):
         ScorerConfig(foresight.model_fingerprint(model), B, W, feature_set=("key", "nope"))
+
+
+def test_saving_the_same_weights_gives_the_same_bytes(tmp_path):
+    """A scorer's weights file is identified by its SHA-256 (quality.json, model cards, adapter pairing): saving the
+    same weights again, in this process or another, must give the same bytes."""
+    sc = _scorer(get_model("tiny-llama")[0], seed=2)
+    digests = set()
+    for i in range(8):
+        sc.save_pretrained(tmp_path / f"s{i}")
+        digests.add(hashlib.sha256((tmp_path / f"s{i}" / "model.safetensors").read_bytes()).hexdigest())
+    assert len(digests) == 1
 
 
 def test_save_load_round_trip_and_mismatch(tmp_path):
