@@ -278,9 +278,9 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        scorer.save_pretrained(tmp)
-        # the weights as trained, byte for byte (only the config gains provenance): their SHA-256 stays the one that
-        # training output, quality.json and adapter pairing recorded
+        # the config gains provenance; the weights are copied as trained, byte for byte, so their SHA-256 stays the
+        # one that training output, quality.json and adapter pairing recorded
+        scorer.save_config(tmp)
         shutil.copyfile(scorer_dir / WEIGHTS_NAME, tmp / WEIGHTS_NAME)
         if fid:
             (tmp / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")

@@ -202,11 +202,16 @@ class Scorer(nn.Module):
             )
 
     # -- persistence ------------------------------------------------------------------------------------------
-    def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
+    def save_config(self, directory: str | Path) -> Path:
+        """Write ``config.json`` into ``directory`` (:meth:`save_pretrained` adds the weights)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         (directory / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2, default=str))
+        return directory
+
+    def save_pretrained(self, directory: str | Path) -> Path:
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
+        directory = self.save_config(directory)
         state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
         # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either order
         # and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from foresight.cli import main
 
@@ -41,8 +42,6 @@ def _features(cfg, gen, batch=2, n=11):
 
 def test_round_trip(scorer_dir, tmp_path, capsys):
     from foresight.scorer import Scorer
-
-    from safetensors.torch import load_file, save_file
 
     # weights as an older version wrote them (two metadata keys): the export must keep those very bytes
     src = scorer_dir / "scorer" / "model.safetensors"

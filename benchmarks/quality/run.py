@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     stages, dirs = _stage_dirs(args.scorer)
+    # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
+    scorer_sha256 = {f"{s}@B{b}W{w}": file_sha256(resolve_scorer(d) / WEIGHTS_NAME) for (s, b, w), d in dirs.items()}
     clash = sorted(set(stages) & {*policies, "golden"})
     if clash:
         raise ForesightError(f"--scorer: a stage may not be named like a policy ({', '.join(clash)})")
@@ -156,9 +158,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "traces": args.traces,
             "scorers": {f"{s}@B{b}W{w}": d for (s, b, w), d in dirs.items()},
-            # a short name (foresight/scorers/) can be replaced by a newer scorer: the weights' hash says which one
-            "scorer_sha256": {f"{s}@B{b}W{w}": file_sha256(resolve_scorer(d) / WEIGHTS_NAME)
-                              for (s, b, w), d in dirs.items()},
+            "scorer_sha256": scorer_sha256,
             "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v},
             "seconds": round(time.time() - started, 1)}
     (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))
