@@ -16,13 +16,50 @@ section 5, "Statistics"):
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Sequence
 
 from foresight.errors import ForesightError
 from evaluation.stats import paired_bootstrap
 
 REFERENCES = ("full", "golden")
+RECORD_KEYS = ("per_trace_ratio", "tokens", "ce_full", "loss_ratio", "mean_trace_ratio")
+
+
+def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
+    """``FILE:STAGE`` -> (the run's meta, the stage's fidelity record at (budget, interval))."""
+    path, sep, stage = spec.rpartition(":")
+    if not sep or not path or not stage:
+        raise ForesightError(f"{spec!r}: expected FILE:STAGE, e.g. runs/q/quality.json:sl")
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ForesightError(f"{path}: not a readable quality.json ({exc})") from None
+    if (not isinstance(data, dict) or not isinstance(data.get("meta"), dict)
+            or not isinstance(data.get("records"), list) or not all(isinstance(r, dict) for r in data["records"])):
+        raise ForesightError(f"{path}: not a quality.json (no 'meta' and 'records')")
+    found = [r for r in data["records"] if r.get("policy") == stage
+             and (r.get("budget"), r.get("interval")) == (budget, interval)]
+    if not found:
+        names = sorted(str(r.get("policy")) for r in data["records"])
+        raise ForesightError(f"{path}: no record {stage!r} at B={budget} W={interval} (has {', '.join(names)})")
+    missing = [k for k in RECORD_KEYS if k not in found[0]]
+    if missing:
+        raise ForesightError(f"{path}: record {stage!r} has no {', '.join(missing)}")
+    return data["meta"], found[0]
+
+
+def check_comparable(meta_a: dict, a: dict, meta_b: dict, b: dict, a_name: str, b_name: str) -> None:
+    """Refuse two stage records (:func:`load_record`) that do not come from the same model and traces: the
+    full-cache CE does not depend on the policy, so a different value means different tokens or weights."""
+    if meta_a.get("model") != meta_b.get("model"):
+        raise ForesightError(f"model differs: {meta_a.get('model')!r} vs {meta_b.get('model')!r}")
+    if a["tokens"] != b["tokens"] or not math.isclose(a["ce_full"], b["ce_full"], rel_tol=1e-6):
+        raise ForesightError(f"{a_name} and {b_name}: different scored tokens or full-cache CE "
+                             f"({a['tokens']} vs {b['tokens']} tokens, {a['ce_full']:.6f} vs {b['ce_full']:.6f}); "
+                             "not the same traces or model")
 
 
 def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0) -> dict:

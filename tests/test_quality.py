@@ -137,3 +137,34 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
             compare.compare(spec, f"{old}:sl_long", 16, 4)
     with pytest.raises(ForesightError, match="no record 'sl' at B=64 W=16"):
         compare.compare(f"{new}:sl", f"{old}:sl_long", 64, 16)
+
+
+def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys):
+    card = _run_module("card")
+    summary = [{"budget": 16, "interval": 4, "best_heuristic": "tova"}]
+
+    def run(name: str, stage: str, sha: str, args: dict | None = None) -> str:
+        recs = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec(stage, {"a": 1.2, "b": 1.3}),
+                _rec("tova", {"a": 1.5, "b": 1.6}), _rec("h2o", {"a": 1.7, "b": 1.8})]
+        for r in recs:
+            r.update(tokens=100, ce_full=0.5)
+        meta = {"model": "m", "scorer_sha256": {f"{stage}@B16W4": sha}, "policy_args": {stage: args or {}}}
+        path = tmp_path / name
+        path.write_text(json.dumps({"meta": meta, "summaries": summary, "records": recs}))
+        return str(path)
+
+    topk, sample = run("t.json", "sl", "aa"), run("s.json", "sl_sample", "aa", {"selection": "sample",
+                                                                               "temperature": 0.003})
+    out = tmp_path / "card.json"
+    assert card.main(["--topk", f"{topk}:sl", "--sample", f"{sample}:sl_sample", "--budget", "16", "--interval", "4",
+                      "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert [r["policy"] for r in got] == ["golden", "learned (this scorer, top-k)", "tova",
+                                          "learned (this scorer, selection=sample T=0.003)"]
+    assert [r.get("stage") for r in got] == [None, "sl", None, "sl_sample"] and got[3]["source"] == sample
+    other = run("o.json", "sl_sample", "bb", {"selection": "sample"})
+    with pytest.raises(ForesightError, match="not recorded as the same scorer"):
+        card.card_records(f"{topk}:sl", f"{other}:sl_sample", 16, 4)
+    not_sampled = run("n.json", "sl_sample", "aa")
+    with pytest.raises(ForesightError, match="not measured with selection=sample"):
+        card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)

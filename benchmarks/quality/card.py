@@ -1,0 +1,84 @@
+"""The model card's fidelity table for a scorer measured by the quality benchmark (``card_fidelity.json``).
+
+``foresight export --fidelity FILE`` quotes a list of fidelity records in the model card. For a shipped scorer
+that list is picked out of quality-benchmark runs: golden and the best heuristic of the run that measured the
+scorer's top-k stage, that stage, and the same scorer's sampled stage (often a second run, ``--scorer-arg
+selection=sample``). The two learned records are relabelled so the card says which rows are this scorer; each keeps
+its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
+runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
+CE); anything else is refused.
+
+    python benchmarks/quality/card.py --budget 64 --interval 16 \\
+        --topk benchmarks/results/quality_B64_recipe336/quality.json:dagger \\
+        --sample benchmarks/results/quality_B64_recipe336/sampled/quality.json:dagger_sample \\
+        --out benchmarks/results/quality_B64_recipe336/card_fidelity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from evaluation.quality import check_comparable, load_record
+from foresight.errors import ForesightError, run_script
+
+
+def _temperature(meta: dict, spec: str, stage: str) -> float:
+    args = (meta.get("policy_args") or {}).get(stage) or {}
+    if args.get("selection") != "sample":
+        raise ForesightError(f"{spec}: stage {stage!r} was not measured with selection=sample (policy args {args})")
+    return float(args.get("temperature", 1.0))
+
+
+def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -> list[dict]:
+    """golden, the best heuristic, the top-k stage and the sampled stage, relabelled (see the module docstring)."""
+    meta_t, topk = load_record(topk_spec, budget, interval)
+    meta_s, sample = load_record(sample_spec, budget, interval)
+    topk_file, _, topk_stage = topk_spec.rpartition(":")
+    sample_file, _, sample_stage = sample_spec.rpartition(":")
+    check_comparable(meta_t, topk, meta_s, sample, topk_spec, sample_spec)
+    key_t, key_s = f"{topk_stage}@B{budget}W{interval}", f"{sample_stage}@B{budget}W{interval}"
+    sha_t, sha_s = (meta_t.get("scorer_sha256") or {}).get(key_t), (meta_s.get("scorer_sha256") or {}).get(key_s)
+    if sha_t is None or sha_s is None:  # runs from before quality.json recorded weights: the same directory at least
+        sha_t, sha_s = (meta_t.get("scorers") or {}).get(key_t), (meta_s.get("scorers") or {}).get(key_s)
+    if sha_t is None or sha_t != sha_s:
+        raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
+    temperature = _temperature(meta_s, sample_spec, sample_stage)
+    data = json.loads(Path(topk_file).read_text())
+    summary = next((s for s in data.get("summaries", []) if (s.get("budget"), s.get("interval")) == (budget, interval)),
+                   None)
+    if summary is None or not summary.get("best_heuristic"):
+        raise ForesightError(f"{topk_file}: no summary with a best heuristic at B={budget} W={interval}")
+    best = summary["best_heuristic"]
+    keep = []
+    for r in data["records"]:  # the run's order: golden, the stages, the heuristics
+        if (r.get("budget"), r.get("interval")) != (budget, interval):
+            continue
+        if r.get("policy") in ("golden", best):
+            keep.append(r)
+        elif r.get("policy") == topk_stage:
+            keep.append({**r, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file})
+    if len(keep) != 3:
+        raise ForesightError(f"{topk_file}: no golden or {best} record at B={budget} W={interval}")
+    keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={temperature:g})",
+                 "stage": sample_stage, "source": sample_file})
+    return keep
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--topk", required=True, help="FILE:STAGE of the scorer measured with top-k selection")
+    p.add_argument("--sample", required=True, help="FILE:STAGE of the same scorer measured with selection=sample")
+    p.add_argument("--budget", type=int, required=True)
+    p.add_argument("--interval", type=int, required=True)
+    p.add_argument("--out", required=True, help="card_fidelity.json to write (for foresight export --fidelity)")
+    args = p.parse_args(argv)
+    records = card_records(args.topk, args.sample, args.budget, args.interval)
+    Path(args.out).write_text(json.dumps(records, indent=1))
+    print(args.out, ", ".join(f"{r['policy']} {r['loss_ratio']:.4f}" for r in records))
+    return 0
+
+
+if __name__ == "__main__":
+    run_script(main, "card")
