@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Sequence
 
 from foresight.errors import ForesightError
-from evaluation.stats import paired_bootstrap
+from evaluation.stats import gap_share_bootstrap, paired_bootstrap
 
 REFERENCES = ("full", "golden")
 RECORD_KEYS = ("per_trace_ratio", "tokens", "ce_full", "loss_ratio", "mean_trace_ratio")
@@ -77,6 +77,15 @@ def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
     return paired_difference(records[a], records[b], a, b, seed)
 
 
+def _gap_share(records: dict[str, dict], stage: str, best: str, seed: int) -> dict:
+    """The share of the best-heuristic -> golden gap closed on per-trace means, with its bootstrap interval."""
+    for other in (best, "golden"):
+        paired_difference(records[stage], records[other], stage, other, seed)  # refuses different traces
+    ids = sorted(records[stage]["per_trace_ratio"])
+    s, w, g = ([records[n]["per_trace_ratio"][t] for t in ids] for n in (stage, best, "golden"))
+    return gap_share_bootstrap(s, w, g, seed=seed)
+
+
 def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int = 0) -> dict:
     """Summarise one setting's fidelity ``records``; ``learned`` names the learned stages in training order."""
     by_name = {r["policy"]: r for r in records}
@@ -99,6 +108,7 @@ def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int =
             "loss_ratio": ratio,
             "mean_trace_ratio": by_name[name]["mean_trace_ratio"],
             "gap_closed": (by_name[best]["loss_ratio"] - ratio) / gap if gap > 0 else math.nan,
+            "gap_closed_per_trace": _gap_share(by_name, name, best, seed),
             "vs_best_heuristic": _paired(by_name, name, best, seed),
         }
         if i > 0:
@@ -126,13 +136,16 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
         for name, r in sorted(s["policies"].items(), key=lambda kv: kv[1]["loss_ratio"]):
             mark = " (best heuristic)" if name == s["best_heuristic"] else ""
             out.append(f"| {name}{mark} | {r['loss_ratio']:.4f} | {r['mean_trace_ratio']:.4f} |")
-        out.append("\n| learned stage | gap closed | paired Δ vs best heuristic [95% CI] | paired Δ vs previous stage |")
-        out.append("|---|---:|---:|---:|")
+        out.append("\n| learned stage | gap closed (pooled) | gap closed, per-trace means [95% CI] "
+                   "| paired Δ vs best heuristic [95% CI] | paired Δ vs previous stage |")
+        out.append("|---|---:|---:|---:|---:|")
         for st in s["stages"]:
             v = st["vs_best_heuristic"]
             prev = st.get("vs_previous_stage")
             prev_s = f"{prev['mean']:+.4f} [{prev['ci_low']:+.4f}, {prev['ci_high']:+.4f}]" if prev else "-"
-            out.append(f"| {st['stage']} | {st['gap_closed']:.0%} | {v['mean']:+.4f} [{v['ci_low']:+.4f}, "
+            g = st.get("gap_closed_per_trace")  # absent in summaries written before it existed
+            gap_s = f"{g['share']:.0%} [{g['ci_low']:.0%}, {g['ci_high']:.0%}]" if g else "-"
+            out.append(f"| {st['stage']} | {st['gap_closed']:.0%} | {gap_s} | {v['mean']:+.4f} [{v['ci_low']:+.4f}, "
                        f"{v['ci_high']:+.4f}] | {prev_s} |")
         out.append("")
     return "\n".join(out)

@@ -47,6 +47,8 @@ def test_summary_by_hand():
     assert s["best_heuristic"] == "h2o"
     sl, grpo = s["stages"]
     assert math.isclose(sl["gap_closed"], (1.3 - 1.2) / (1.3 - 1.0))
+    share = sl["gap_closed_per_trace"]  # per-trace means: h2o 1.3, golden 1.0, sl 1.2
+    assert math.isclose(share["share"], 1 / 3) and share["ci_low"] <= 1 / 3 <= share["ci_high"]
     assert math.isclose(sl["vs_best_heuristic"]["mean"], -0.1)
     assert sl["vs_best_heuristic"]["ci_high"] < 0  # better on every trace by exactly 0.1
     assert math.isclose(grpo["vs_previous_stage"]["mean"], -0.05) and grpo["vs_previous_stage"]["previous"] == "sl"
@@ -168,3 +170,20 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
     not_sampled = run("n.json", "sl_sample", "aa")
     with pytest.raises(ForesightError, match="not measured with selection=sample"):
         card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)
+
+
+def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):
+    summarise = _run_module("summarise")
+    recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]
+    old = quality_summary(recs, ["sl"])
+    del old["stages"][0]["gap_closed_per_trace"]  # as written before the interval existed
+    path = tmp_path / "quality.json"
+    path.write_text(json.dumps({"meta": {"model": "m"}, "summaries": [old], "records": recs}, indent=1))
+    assert summarise.main([str(path), "--write"]) == 0
+    new = json.loads(path.read_text())
+    assert new["records"] == recs and new["meta"] == {"model": "m"}
+    assert math.isclose(new["summaries"][0]["stages"][0]["gap_closed_per_trace"]["share"], 1 / 3)
+    assert "33% [" in (tmp_path / "quality.md").read_text()
+    path.write_text(json.dumps({"meta": {}, "records": recs}))
+    with pytest.raises(ForesightError, match="not a quality.json"):
+        summarise.main([str(path)])

@@ -1,4 +1,4 @@
-"""The paired bootstrap of evaluation.stats."""
+"""The paired bootstrap and the gap-share bootstrap of evaluation.stats."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from evaluation.stats import paired_bootstrap
+from evaluation.stats import gap_share_bootstrap, paired_bootstrap
 
 
 def test_paired_bootstrap_constant_and_identical_differences():
@@ -40,3 +40,26 @@ def test_paired_bootstrap_edge_cases():
         paired_bootstrap([1.0, 2.0], [1.0])
     with pytest.raises(ValueError):
         paired_bootstrap([], [])
+
+
+def test_gap_share_bootstrap_against_a_brute_force_resample():
+    rng = np.random.default_rng(1)
+    golden = rng.normal(1.05, 0.02, 12)
+    worse = golden + rng.uniform(0.2, 0.5, 12)
+    stage = golden + 0.4 * (worse - golden) + rng.normal(0, 0.02, 12)  # closes about 60% on every trace
+    out = gap_share_bootstrap(stage, worse, golden, n=300, seed=5)
+    assert out["share"] == pytest.approx((worse.mean() - stage.mean()) / (worse.mean() - golden.mean()))
+    idx = np.random.default_rng(5).integers(0, 12, size=(300, 12))  # the same resamples, one at a time
+    ref = [(worse[i].mean() - stage[i].mean()) / (worse[i].mean() - golden[i].mean()) for i in idx]
+    assert out["ci_low"] == pytest.approx(np.percentile(ref, 2.5))
+    assert out["ci_high"] == pytest.approx(np.percentile(ref, 97.5))
+    assert 0.5 < out["ci_low"] < out["share"] < out["ci_high"] < 0.7 and out["n_dropped"] == 0
+
+
+def test_gap_share_bootstrap_edge_cases():
+    assert gap_share_bootstrap([1.1], [1.2], [1.0])["share"] == pytest.approx(0.5)
+    assert math.isnan(gap_share_bootstrap([1.1], [1.2], [1.0])["ci_low"])
+    none = gap_share_bootstrap([1.1, 1.1], [1.0, 1.0], [1.2, 1.2])  # golden worse than the heuristic: no gap
+    assert math.isnan(none["share"]) and none["n_dropped"] == 10000 and math.isnan(none["ci_low"])
+    with pytest.raises(ValueError):
+        gap_share_bootstrap([1.0, 2.0], [1.0], [1.0])
