@@ -150,6 +150,7 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
                 _rec("tova", {"a": 1.5, "b": 1.6}), _rec("h2o", {"a": 1.7, "b": 1.8})]
         for r in recs:
             r.update(tokens=100, ce_full=0.5)
+        recs[1]["policy_config"] = {"selection": "topk", "temperature": 1.0, **(args or {})}  # as the policy resolved it
         meta = {"model": "m", "scorer_sha256": {f"{stage}@B16W4": sha}, "policy_args": {stage: args or {}}}
         path = tmp_path / name
         path.write_text(json.dumps({"meta": meta, "summaries": summary, "records": recs}))
@@ -168,8 +169,10 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
     with pytest.raises(ForesightError, match="not recorded as the same scorer"):
         card.card_records(f"{topk}:sl", f"{other}:sl_sample", 16, 4)
     not_sampled = run("n.json", "sl_sample", "aa")
-    with pytest.raises(ForesightError, match="not measured with selection=sample"):
+    with pytest.raises(ForesightError, match="measured with selection=topk, not sample"):
         card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)
+    with pytest.raises(ForesightError, match="measured with selection=sample, not topk"):
+        card.card_records(f"{sample}:sl_sample", f"{sample}:sl_sample", 16, 4)
 
 
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):

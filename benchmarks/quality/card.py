@@ -24,11 +24,12 @@ from evaluation.quality import check_comparable, load_record
 from foresight.errors import ForesightError, run_script
 
 
-def _temperature(meta: dict, spec: str, stage: str) -> float:
-    args = (meta.get("policy_args") or {}).get(stage) or {}
-    if args.get("selection") != "sample":
-        raise ForesightError(f"{spec}: stage {stage!r} was not measured with selection=sample (policy args {args})")
-    return float(args.get("temperature", 1.0))
+def _selection(record: dict, spec: str) -> tuple[str, float]:
+    """(selection, temperature) the stage was measured with, from its record's resolved policy config."""
+    cfg = record.get("policy_config") or {}
+    if "selection" not in cfg or "temperature" not in cfg:
+        raise ForesightError(f"{spec}: the record has no policy_config with selection and temperature")
+    return cfg["selection"], float(cfg["temperature"])
 
 
 def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -> list[dict]:
@@ -44,7 +45,11 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -
         sha_t, sha_s = (meta_t.get("scorers") or {}).get(key_t), (meta_s.get("scorers") or {}).get(key_s)
     if sha_t is None or sha_t != sha_s:
         raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
-    temperature = _temperature(meta_s, sample_spec, sample_stage)
+    if _selection(topk, topk_spec)[0] != "topk":
+        raise ForesightError(f"{topk_spec}: measured with selection={_selection(topk, topk_spec)[0]}, not topk")
+    selection, temperature = _selection(sample, sample_spec)
+    if selection != "sample":
+        raise ForesightError(f"{sample_spec}: measured with selection={selection}, not sample")
     data = json.loads(Path(topk_file).read_text())
     summary = next((s for s in data.get("summaries", []) if (s.get("budget"), s.get("interval")) == (budget, interval)),
                    None)
