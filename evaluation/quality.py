@@ -62,14 +62,19 @@ def check_comparable(meta_a: dict, a: dict, meta_b: dict, b: dict, a_name: str, 
                              "not the same traces or model")
 
 
+def same_traces(a: dict, b: dict, a_name: str, b_name: str) -> list[str]:
+    """The sorted trace ids two fidelity records share; refuses records measured on different traces."""
+    if set(a["per_trace_ratio"]) != set(b["per_trace_ratio"]):
+        raise ForesightError(f"{a_name} and {b_name} were measured on different traces; a paired comparison needs "
+                             "the same")
+    return sorted(a["per_trace_ratio"])
+
+
 def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0) -> dict:
     """Paired per-trace difference ``a - b`` of two fidelity records' loss ratios with its bootstrap interval
     (:func:`evaluation.stats.paired_bootstrap`); refuses records measured on different traces."""
+    ids = same_traces(a, b, a_name, b_name)
     ra, rb = a["per_trace_ratio"], b["per_trace_ratio"]
-    if set(ra) != set(rb):
-        raise ForesightError(f"{a_name} and {b_name} were measured on different traces; a paired comparison needs "
-                             "the same")
-    ids = sorted(ra)
     return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed)
 
 
@@ -80,8 +85,7 @@ def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
 def _gap_share(records: dict[str, dict], stage: str, best: str, seed: int) -> dict:
     """The share of the best-heuristic -> golden gap closed on per-trace means, with its bootstrap interval."""
     for other in (best, "golden"):
-        paired_difference(records[stage], records[other], stage, other, seed)  # refuses different traces
-    ids = sorted(records[stage]["per_trace_ratio"])
+        ids = same_traces(records[stage], records[other], stage, other)
     s, w, g = ([records[n]["per_trace_ratio"][t] for t in ids] for n in (stage, best, "golden"))
     return gap_share_bootstrap(s, w, g, seed=seed)
 
@@ -151,4 +155,4 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["quality_markdown", "quality_summary"]
+__all__ = ["check_comparable", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]

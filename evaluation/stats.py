@@ -14,6 +14,18 @@ from typing import Sequence
 import numpy as np
 
 
+def _resamples(size: int, n: int, seed: int) -> np.ndarray:
+    """``n`` bootstrap resamples of ``size`` traces, as an (n, size) index array."""
+    return np.random.default_rng(seed).integers(0, size, size=(n, size))
+
+
+def _interval(samples: np.ndarray, level: float) -> tuple[float, float]:
+    """The percentile interval of bootstrap ``samples`` at ``level``."""
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(samples, [tail, 100 - tail])
+    return float(low), float(high)
+
+
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0,
                      level: float = 0.95) -> dict:
     """Mean paired difference ``mean(a - b)`` and its percentile-bootstrap interval over traces.
@@ -32,10 +44,8 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
     out = {"mean": float(d.mean()), "ci_low": float("nan"), "ci_high": float("nan"), "n_traces": int(d.size),
            "level": level}
     if d.size >= 2:
-        rng = np.random.default_rng(seed)
-        means = d[rng.integers(0, d.size, size=(n, d.size))].mean(axis=1)
-        tail = (1.0 - level) / 2 * 100
-        out["ci_low"], out["ci_high"] = (float(v) for v in np.percentile(means, [tail, 100 - tail]))
+        means = d[_resamples(d.size, n, seed)].mean(axis=1)
+        out["ci_low"], out["ci_high"] = _interval(means, level)
     return out
 
 
@@ -57,14 +67,12 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
     out = {"share": float((w.mean() - s.mean()) / gap) if gap > 0 else float("nan"), "ci_low": float("nan"),
            "ci_high": float("nan"), "n_traces": int(s.size), "n_dropped": 0, "level": level}
     if s.size >= 2:
-        idx = np.random.default_rng(seed).integers(0, s.size, size=(n, s.size))
-        gaps = w[idx].mean(axis=1) - b[idx].mean(axis=1)
-        ok = gaps > 0
-        shares = (w[idx].mean(axis=1)[ok] - s[idx].mean(axis=1)[ok]) / gaps[ok]
+        idx = _resamples(s.size, n, seed)
+        ms, mw, mb = s[idx].mean(axis=1), w[idx].mean(axis=1), b[idx].mean(axis=1)
+        ok = mw - mb > 0
         out["n_dropped"] = int(n - ok.sum())
-        if shares.size:
-            tail = (1.0 - level) / 2 * 100
-            out["ci_low"], out["ci_high"] = (float(v) for v in np.percentile(shares, [tail, 100 - tail]))
+        if ok.any():
+            out["ci_low"], out["ci_high"] = _interval((mw[ok] - ms[ok]) / (mw[ok] - mb[ok]), level)
     return out
 
 

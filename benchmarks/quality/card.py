@@ -45,9 +45,9 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -
         sha_t, sha_s = (meta_t.get("scorers") or {}).get(key_t), (meta_s.get("scorers") or {}).get(key_s)
     if sha_t is None or sha_t != sha_s:
         raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
-    if _selection(topk, topk_spec)[0] != "topk":
-        raise ForesightError(f"{topk_spec}: measured with selection={_selection(topk, topk_spec)[0]}, not topk")
-    selection, temperature = _selection(sample, sample_spec)
+    (topk_selection, _), (selection, temperature) = _selection(topk, topk_spec), _selection(sample, sample_spec)
+    if topk_selection != "topk":
+        raise ForesightError(f"{topk_spec}: measured with selection={topk_selection}, not topk")
     if selection != "sample":
         raise ForesightError(f"{sample_spec}: measured with selection={selection}, not sample")
     data = json.loads(Path(topk_file).read_text())
