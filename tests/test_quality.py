@@ -173,6 +173,9 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
         card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)
     with pytest.raises(ForesightError, match="measured with selection=sample, not topk"):
         card.card_records(f"{sample}:sl_sample", f"{sample}:sl_sample", 16, 4)
+    with pytest.raises(ForesightError, match="cannot write"):
+        card.main(["--topk", f"{topk}:sl", "--sample", f"{sample}:sl_sample", "--budget", "16", "--interval", "4",
+                   "--out", str(tmp_path / "missing" / "card.json")])
 
 
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):

@@ -80,7 +80,10 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True, help="card_fidelity.json to write (for foresight export --fidelity)")
     args = p.parse_args(argv)
     records = card_records(args.topk, args.sample, args.budget, args.interval)
-    Path(args.out).write_text(json.dumps(records, indent=1))
+    try:
+        Path(args.out).write_text(json.dumps(records, indent=1))
+    except OSError as exc:
+        raise ForesightError(f"--out {args.out}: cannot write ({exc.strerror})") from None
     print(args.out, ", ".join(f"{r['policy']} {r['loss_ratio']:.4f}" for r in records))
     return 0
 
