@@ -94,6 +94,14 @@ def sample_eviction(scores: torch.Tensor, num_evict: int, temperature: float,
     return EvictionDraw(keys.topk(num_evict, dim=-1, sorted=True).indices, logits, drawable)
 
 
+def top_keep(scores: torch.Tensor, num_keep: int) -> torch.Tensor:
+    """Indices (..., num_keep) of the ``num_keep`` highest keep scores, the same on every device: among equal
+    scores the newer entry (higher index) is kept, i.e. the older one is evicted first, the oracle's own tie rule
+    (:func:`golden.oracle.greedy_schedule`). ``torch.topk`` breaks ties differently on CPU and CUDA (and by size),
+    which made a policy with tied scores (``lazy``: integer recurrence state) evict other entries on a GPU."""
+    return scores.argsort(dim=-1, stable=True)[..., scores.shape[-1] - num_keep :]
+
+
 def kept_indices(order: torch.Tensor, num_candidates: int, num_keep: int) -> torch.Tensor:
     """Indices (..., num_keep) of the candidates an eviction ``order`` (..., k) leaves, ascending."""
     evicted = torch.zeros((*order.shape[:-1], num_candidates), dtype=torch.bool, device=order.device)
@@ -144,4 +152,4 @@ def step_log_probs(logits: torch.Tensor, order: torch.Tensor, mask: torch.Tensor
 
 
 __all__ = ["EvictionDraw", "eviction_logits", "gumbel_topk", "kept_indices", "log_prob", "sample_eviction",
-           "step_log_probs"]
+           "step_log_probs", "top_keep"]

@@ -8,7 +8,7 @@ import torch
 import foresight
 from foresight.policies import make_policy
 from foresight.runtime import replay
-from foresight.sampling import gumbel_topk, kept_indices, sample_eviction
+from foresight.sampling import gumbel_topk, kept_indices, sample_eviction, top_keep
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model
 from training.reward import reward_positions
@@ -95,3 +95,25 @@ def test_sample_eviction_matches_gumbel_topk_without_padding():
     free = torch.isfinite(scores)
     ref = gumbel_topk((-scores / 0.05).masked_fill(~free, 0.0), 7, free, torch.Generator().manual_seed(2))
     assert torch.equal(d.order, ref) and torch.equal(d.drawable, free)
+
+
+def test_top_keep_breaks_ties_toward_the_newer_entry_like_the_oracle():
+    """Deterministic top-k (every policy's default ``select``) against a plain-Python ranking: the highest scores
+    are kept and, among equal scores, the newer entry (higher index), the oracle's tie rule; ``torch.topk`` breaks
+    such ties differently on CPU and CUDA, which made ``lazy`` (integer-valued state, many ties) device-dependent."""
+    gen = torch.Generator().manual_seed(0)
+    for c in (7, 40, 300, 2048):
+        scores = torch.randint(0, 4, (2, 3, c), generator=gen).float()
+        scores[0, 0, :3] = float("inf")  # protected entries and padding take part like any score
+        scores[1, 2, -2:] = float("-inf")
+        k = c // 2 + 1
+        keep = top_keep(scores, k)
+        assert keep.shape == (2, 3, k)
+        for b in range(2):
+            for h in range(3):
+                row = scores[b, h].tolist()
+                want = sorted(sorted(range(c), key=lambda i: (row[i], i))[c - k:])
+                assert sorted(keep[b, h].tolist()) == want
+    from foresight.policies.base import EvictionPolicy
+    tied = torch.zeros(1, 1, 10)
+    assert sorted(EvictionPolicy.select(None, tied, 4, None).tolist()[0][0]) == [6, 7, 8, 9]

@@ -22,6 +22,7 @@ from typing import ClassVar
 import torch
 
 from foresight.errors import ForesightError
+from foresight.sampling import top_keep
 from foresight.views import EvictView, LayersView, StepView
 
 
@@ -55,8 +56,9 @@ class EvictionPolicy:
         raise NotImplementedError
 
     def select(self, scores: torch.Tensor, num_keep: int, view: EvictView) -> torch.Tensor:
-        """Pick ``num_keep`` candidate indices per (batch, head); default: deterministic top-k."""
-        return scores.topk(num_keep, dim=-1, sorted=False).indices
+        """Pick ``num_keep`` candidate indices per (batch, head); default: deterministic top-k, ties keeping the
+        newer entry on every device (:func:`~foresight.sampling.top_keep`)."""
+        return top_keep(scores, num_keep)
 
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """The layer now holds entries ``keep`` (batch, Hkv, k) of its previous content, in that order."""
