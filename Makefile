@@ -1,6 +1,7 @@
 # foresightkv: two commands do all set-up.
 #   make demo   create .venv if missing, then run the end-to-end demo on the default model
 #   make test   create .venv if missing, then run the test suite
+#   (make test-slow: the end-to-end tests; make test-cuda: the GPU-vs-CPU checks, on a machine with CUDA)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,7 @@ TORCH_SPEC ?= $(shell if command -v nvidia-smi >/dev/null 2>&1; then echo 'torch
 export TORCH_EXTENSIONS_DIR ?= $(CURDIR)/.cache/torch_extensions
 PYTEST_ARGS ?=
 
-.PHONY: venv demo test test-slow bench clean
+.PHONY: venv demo test test-slow test-cuda bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -30,6 +31,9 @@ test: venv
 
 test-slow: venv
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-cuda: venv
+	$(PY) -m pytest -m cuda $(PYTEST_ARGS)
 
 bench: venv
 	$(PY) benchmarks/bench_runtime.py
