@@ -122,6 +122,45 @@ def test_truncated_backprop_drops_the_gradient_through_earlier_pieces(data, fp64
     assert torch.isfinite(grads[1]).all() and not torch.allclose(grads[0], grads[1])
 
 
+def test_anchor_term_is_the_kl_of_the_adapted_full_cache_to_the_base(data, fp64_norm):
+    """anchor_weight adds KL(base full || adapted full) over positions >= B + W, brute-forced here from two plain
+    forwards (adapter off / on); its gradient reaches the LoRA weights (finite differences) and with a zero
+    LoRA it is zero."""
+    peft_model, student, _ = _student("h2o")
+    seq = data["rows"]["input_ids"][3]
+    first = B + W
+    plain, m0 = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+    anchored, m1 = distillation_loss(student, peft_model, student.lm, [seq], B, W, anchor_weight=0.5)
+    ids = torch.tensor([seq])
+    with torch.no_grad():
+        with peft_model.disable_adapter():
+            base = torch.log_softmax(student.lm(ids).logits[0, first:-1].double(), -1)
+        adapted = torch.log_softmax(student.lm(ids).logits[0, first:-1].double(), -1)
+    want = float((base.exp() * (base - adapted)).sum(-1).mean())
+    assert want > 1e-4 and m1["anchor_kl"] == pytest.approx(want, rel=1e-6)
+    assert float(anchored) == pytest.approx(float(plain) + 0.5 * want, rel=1e-6)
+    assert m1["kl"] == pytest.approx(m0["kl"]) and "anchor_kl" not in m0
+    targets = ids[0, first + 1:]
+    assert m1["ce_adapted_full"] == pytest.approx(float(-adapted.gather(-1, targets[:, None]).mean()), rel=1e-6)
+    anchored.backward()
+    name, idx, eps = "model-layers-1-self_attn-q_proj-lora_B-default-weight", (0, 0), 1e-6
+    p = student.lora[name]
+    with torch.no_grad():
+        orig = p[idx].item()
+        p[idx] = orig + eps
+        up, _ = distillation_loss(student, peft_model, student.lm, [seq], B, W, anchor_weight=0.5)
+        p[idx] = orig - eps
+        down, _ = distillation_loss(student, peft_model, student.lm, [seq], B, W, anchor_weight=0.5)
+        p[idx] = orig
+    assert p.grad[idx].item() == pytest.approx((float(up) - float(down)) / (2 * eps), rel=1e-5, abs=1e-8)
+    with torch.no_grad():
+        for n, q in student.lora.items():
+            if "lora_B" in n:
+                q.zero_()
+    _, zero = distillation_loss(student, peft_model, student.lm, [seq], B, W, anchor_weight=1.0)
+    assert zero["anchor_kl"] == pytest.approx(0.0, abs=1e-7)  # the teacher's log-probs are stored in fp32
+
+
 def _first_batch(cfg, task_rows) -> list[int]:
     from training.loop import StepSampler
 

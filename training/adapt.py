@@ -136,7 +136,7 @@ class AdaptTask:
         seqs = [list(map(int, self.train_rows[i]["input_ids"])) for i in items]
         cfg = self.cfg
         return distillation_loss(model, self.peft_model, self.lm, seqs, cfg.budget, cfg.interval, cfg.sinks,
-                                 cfg.ce_weight)
+                                 cfg.ce_weight, cfg.anchor_weight)
 
     def _fidelity(self, rows, policies) -> dict[str, dict]:
         cfg = self.cfg

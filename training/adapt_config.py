@@ -52,6 +52,7 @@ class AdaptConfig(TrainerConfig):
     lora_dropout: float = 0.0
     target_modules: list = field(default_factory=lambda: list(ATTENTION_PROJECTIONS))
     ce_weight: float = 0.0
+    anchor_weight: float = 0.0
     truncate_backprop: bool = False
     eval_policies: list = field(default_factory=list)
     eval_traces: int = 0
@@ -80,6 +81,8 @@ class AdaptConfig(TrainerConfig):
             raise ConfigError(f"target_modules must be a non-empty list of module names, got {self.target_modules!r}")
         if self.ce_weight < 0:
             raise ConfigError(f"ce_weight must be >= 0, got {self.ce_weight}")
+        if not self.anchor_weight >= 0:
+            raise ConfigError(f"anchor_weight must be >= 0, got {self.anchor_weight}")
         for name in check_policy_names([self.policy], "policy") + check_policy_names(self.eval_policies,
                                                                                        "eval_policies"):
             if name in NOT_ADAPTABLE and name == self.policy:

@@ -11,7 +11,9 @@ gradients, and the KL distillation loss to the same LM with its adapter disabled
   kept key and value (optionally only within a piece, ``truncate_backprop``).
 * **Loss** (:class:`StudentKL`): ``KL(p_full || p_evicted)`` summed over positions ``>= B + W`` (the formula of
   :func:`evaluation.fidelity.kl_and_agreement`), plus ``ce_weight`` times the student's cross-entropy on the
-  trace; divided by the number of positions of the micro-batch (pooled, as ``eval fidelity`` pools its KL).
+  trace, plus ``anchor_weight`` times ``KL(p_full || p_adapted,full)`` (the adapted model with the full cache,
+  same positions: the anchor that keeps the uncompressed model where it was); divided by the number of positions
+  of the micro-batch (pooled, as ``eval fidelity`` pools its KL).
 
 The module DeepSpeed optimises and the checkpoints store holds only the LoRA weights (shared with the LM, not a
 copy): the base weights and the scorer are never parameters of the optimiser and receive no gradient.
@@ -70,10 +72,14 @@ class EvictedStudent(torch.nn.Module):
                 m.train(mode)
         return self
 
-    def forward(self, sequence: list[int], on_logits) -> ReplayResult:
-        """Replay ``sequence`` under the policy with the adapter on; while autograd is enabled (training, not
-        under ``no_grad``) ``on_logits`` receives each piece's logits with their graph."""
+    def forward(self, sequence: list[int], on_logits, full: bool = False) -> ReplayResult:
+        """Replay ``sequence`` under the policy with the adapter on (``full``: with the full cache instead, for the
+        anchor term); while autograd is enabled (training, not under ``no_grad``) ``on_logits`` receives each
+        piece's logits with their graph."""
         grad = torch.is_grad_enabled()
+        if full:
+            return replay(self.lm, [sequence], "full", None, self.interval, sinks=self.sinks, on_logits=on_logits,
+                          grad=grad)
         return replay(self.lm, [sequence], self.policy, self.budget, self.interval, sinks=self.sinks,
                       on_logits=on_logits, grad=grad, truncate_backprop=grad and self.truncate_backprop)
 
@@ -123,17 +129,22 @@ def _zero(module: torch.nn.Module) -> torch.Tensor:
 
 
 def distillation_loss(student, peft_model, lm, sequences: list[list[int]], budget: int, interval: int,
-                      sinks: int = 0, ce_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
-    """Pooled KL(p_full || p_evicted) (+ ``ce_weight`` * CE) over positions ``>= B + W`` of ``sequences``.
+                      sinks: int = 0, ce_weight: float = 0.0,
+                      anchor_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
+    """Pooled KL(p_full || p_evicted) (+ ``ce_weight`` * CE) over positions ``>= B + W`` of ``sequences``, plus
+    ``anchor_weight`` * KL(p_full || p_adapted,full): the adapted model with the *full* cache held to the base
+    model at the same positions, so that adapting to eviction does not change the uncompressed model (DESIGN.md
+    4b asks for its CE within 1% of the base) and a stronger adapter stays within that allowance.
 
     ``student`` is called as ``student(sequence, hook)`` (the :class:`EvictedStudent`, or the DeepSpeed engine
     around it). Returns the scalar loss (with graph) and detached metrics: ``kl`` (nats per position),
     ``ce_evicted`` / ``ce_full`` (mean CE of the student and the teacher at the same positions), their
-    ``loss_ratio``, ``top1_agreement`` and ``positions``.
+    ``loss_ratio``, ``top1_agreement`` and ``positions``; with an anchor also ``anchor_kl`` (nats per position)
+    and ``ce_adapted_full`` (the adapted model's full-cache CE at those positions).
     """
     first = budget + interval
-    kl = ce = 0.0
-    count, agree, ce_ev, ce_full = 0, 0.0, 0.0, 0.0
+    kl = ce = anchor = 0.0
+    count, agree, ce_ev, ce_full, ce_af = 0, 0.0, 0.0, 0.0, 0.0
     for seq in sequences:
         if len(seq) - 1 <= first:
             continue
@@ -143,6 +154,11 @@ def distillation_loss(student, peft_model, lm, sequences: list[list[int]], budge
         kl, ce, count, agree = kl + hook.kl, ce + hook.ce, count + hook.count, agree + hook.agree
         ce_ev += float(res.ce[0, first:].double().nansum())
         ce_full += float(teacher_ce[first:].double().nansum())
+        if anchor_weight > 0:
+            held = StudentKL(ref, first, seq)
+            res_full = student(seq, held, full=True)
+            anchor = anchor + held.kl
+            ce_af += float(res_full.ce[0, first:].double().nansum())
     module = getattr(student, "module", student)
     if count == 0:  # no sequence reaches the first eviction: a zero loss that keeps the graph
         return _zero(module), {"positions": 0}
@@ -150,6 +166,9 @@ def distillation_loss(student, peft_model, lm, sequences: list[list[int]], budge
     metrics = {"kl": float(kl.detach()) / count, "ce_evicted": ce_ev / count, "ce_full": ce_full / count,
                "loss_ratio": ce_ev / ce_full if ce_full > 0 else float("nan"), "top1_agreement": agree / count,
                "positions": count}
+    if anchor_weight > 0:
+        loss = loss + anchor_weight * anchor / count
+        metrics.update(anchor_kl=float(anchor.detach()) / count, ce_adapted_full=ce_af / count)
     return loss, metrics
 
 
