@@ -96,10 +96,12 @@ def sample_eviction(scores: torch.Tensor, num_evict: int, temperature: float,
 
 def top_keep(scores: torch.Tensor, num_keep: int) -> torch.Tensor:
     """Indices (..., num_keep) of the ``num_keep`` highest keep scores, the same on every device: among equal
-    scores the newer entry (higher index) is kept, i.e. the older one is evicted first, the oracle's own tie rule
-    (:func:`golden.oracle.greedy_schedule`). ``torch.topk`` breaks ties differently on CPU and CUDA (and by size),
-    which made a policy with tied scores (``lazy``: integer recurrence state) evict other entries on a GPU."""
-    return scores.argsort(dim=-1, stable=True)[..., scores.shape[-1] - num_keep :]
+    scores the older entry (lower index) is kept, a stable order. ``torch.topk`` breaks ties differently on CPU and
+    CUDA (and by size), which made a policy with tied scores (``lazy``: integer recurrence state, every prompt token
+    entering at the same step) evict other entries on a GPU; evicting the older of tied entries first instead drops
+    the attention sink and the problem statement among tied prompt tokens (``lazy`` at B=64 on the quality
+    benchmark: loss ratio 2.17 that way, 1.78 with the CPU's topk order, 1.39 keeping the older)."""
+    return scores.argsort(dim=-1, descending=True, stable=True)[..., :num_keep]
 
 
 def kept_indices(order: torch.Tensor, num_candidates: int, num_keep: int) -> torch.Tensor:

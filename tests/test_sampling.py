@@ -97,10 +97,10 @@ def test_sample_eviction_matches_gumbel_topk_without_padding():
     assert torch.equal(d.order, ref) and torch.equal(d.drawable, free)
 
 
-def test_top_keep_breaks_ties_toward_the_newer_entry_like_the_oracle():
+def test_top_keep_breaks_ties_toward_the_older_entry():
     """Deterministic top-k (every policy's default ``select``) against a plain-Python ranking: the highest scores
-    are kept and, among equal scores, the newer entry (higher index), the oracle's tie rule; ``torch.topk`` breaks
-    such ties differently on CPU and CUDA, which made ``lazy`` (integer-valued state, many ties) device-dependent."""
+    are kept and, among equal scores, the older entry (lower index); ``torch.topk`` breaks such ties differently on
+    CPU and CUDA, which made ``lazy`` (integer-valued state, many ties) device-dependent."""
     gen = torch.Generator().manual_seed(0)
     for c in (7, 40, 300, 2048):
         scores = torch.randint(0, 4, (2, 3, c), generator=gen).float()
@@ -112,8 +112,8 @@ def test_top_keep_breaks_ties_toward_the_newer_entry_like_the_oracle():
         for b in range(2):
             for h in range(3):
                 row = scores[b, h].tolist()
-                want = sorted(sorted(range(c), key=lambda i: (row[i], i))[c - k:])
+                want = sorted(sorted(range(c), key=lambda i: (-row[i], i))[:k])
                 assert sorted(keep[b, h].tolist()) == want
     from foresight.policies.base import EvictionPolicy
     tied = torch.zeros(1, 1, 10)
-    assert sorted(EvictionPolicy.select(None, tied, 4, None).tolist()[0][0]) == [6, 7, 8, 9]
+    assert sorted(EvictionPolicy.select(None, tied, 4, None).tolist()[0][0]) == [0, 1, 2, 3]

@@ -72,7 +72,7 @@ def evict_overlap(scores: torch.Tensor, evicted: torch.Tensor) -> torch.Tensor:
     kmax = int(k.max()) if k.numel() else 0
     if kmax == 0:
         return torch.zeros(scores.shape[:-1])
-    low = scores.float().argsort(dim=-1, stable=True)[..., :kmax]  # what top-k eviction evicts (older first on ties)
+    low = scores.float().argsort(dim=-1, descending=True, stable=True).flip(-1)[..., :kmax]  # what top-k evicts
     rank_ok = torch.arange(kmax, device=scores.device) < k  # rows with fewer evictions use their first k
     hit = evicted.gather(-1, low) & rank_ok
     return hit.sum(-1).float() / k.squeeze(-1).clamp(min=1).float()

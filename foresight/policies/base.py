@@ -57,7 +57,7 @@ class EvictionPolicy:
 
     def select(self, scores: torch.Tensor, num_keep: int, view: EvictView) -> torch.Tensor:
         """Pick ``num_keep`` candidate indices per (batch, head); default: deterministic top-k, ties keeping the
-        newer entry on every device (:func:`~foresight.sampling.top_keep`)."""
+        older entry on every device (:func:`~foresight.sampling.top_keep`)."""
         return top_keep(scores, num_keep)
 
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
