@@ -171,6 +171,45 @@ class Scorer(nn.Module):
         out = torch.einsum("lbknh,lkh->lbkn", h, self.w2) + self.b2[:, None, :, None]
         return out.reshape(L, *lead, K, n)
 
+    # -- ensembles ---------------------------------------------------------------------------------------------
+    @classmethod
+    @torch.no_grad()
+    def average(cls, scorers: "list[Scorer]", provenance: dict | None = None) -> "Scorer":
+        """One scorer whose keep score is the mean of ``scorers``' scores, exactly (a seed/bagging ensemble as a
+        single network, so the policy and every tool take it as they take any scorer).
+
+        Each member's standardisation is folded into its first layer (``W1 / std``, ``b1 - W1 · mean / std``), the
+        hidden units are concatenated (width = sum of the members') and the output weights divided by the number
+        of members; the result standardises nothing (mean 0, std 1). Members must share the model, B, W, the
+        feature set and the decay, and agree on the temperature where they record one.
+        """
+        if not scorers:
+            raise ForesightError("average: no scorers given")
+        first = scorers[0].config
+        for s in scorers[1:]:
+            c = s.config
+            s.check_compatible(first.fingerprint)
+            diff = [k for k in ("budget", "interval", "feature_set", "decay") if getattr(c, k) != getattr(first, k)]
+            if diff:
+                raise ForesightError(f"average: scorer {s.source or '(in memory)'} differs from "
+                                     f"{scorers[0].source or '(in memory)'} in {', '.join(diff)}")
+        temps = {s.config.temperature for s in scorers} - {None}
+        if len(temps) > 1:
+            raise ForesightError(f"average: the scorers record different temperatures {sorted(temps)}")
+        config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
+                              hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
+                              temperature=next(iter(temps), None),
+                              provenance=provenance or {"average_of": [s.source for s in scorers]})
+        out = cls(config, seed=None)
+        n = len(scorers)
+        w1 = [s.w1 / s.feature_std[..., None] for s in scorers]
+        out.w1.copy_(torch.cat(w1, dim=-1))
+        out.b1.copy_(torch.cat([s.b1 - torch.einsum("lkd,lkdh->lkh", s.feature_mean, w)
+                                for s, w in zip(scorers, w1)], dim=-1))
+        out.w2.copy_(torch.cat([s.w2 for s in scorers], dim=-1) / n)
+        out.b2.copy_(sum(s.b2 for s in scorers) / n)
+        return out
+
     # -- normalisation ----------------------------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizer(self, features: torch.Tensor, min_std: float = 1e-4) -> None:

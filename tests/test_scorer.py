@@ -354,3 +354,31 @@ def test_shipped_scorer_drives_the_default_model(smollm2):
     res = foresight.generate(model, tok, ["What is 12 * 13? Think step by step."], policy=pol, budget=64,
                              interval=16, max_new_tokens=80, stop_on_eos=False)
     assert res.stats["evictions"] > 0 and max(res.stats["peak_entries"]) <= 64 + 16
+
+
+def test_average_scores_the_mean_of_its_members_exactly():
+    """The folded ensemble (standardisation folded into W1, hidden units concatenated) against the members'
+    own forward passes, per layer and all layers at once; members that do not belong together are refused."""
+    model, _ = get_model("tiny-llama")
+    members = [_scorer(model, seed=s, hidden=h) for s, h in ((0, 8), (1, 8), (2, 4))]
+    gen = torch.Generator().manual_seed(0)
+    for i, m in enumerate(members):  # distinct, non-trivial normalisers
+        m.feature_mean.copy_(torch.randn(m.feature_mean.shape, generator=gen))
+        m.feature_std.copy_(torch.rand(m.feature_std.shape, generator=gen) + 0.1 * (i + 1))
+    avg = Scorer.average(members)
+    assert avg.config.hidden == 20
+    L, K, D = avg.w1.shape[:3]
+    x = torch.randn(L, 2, K, 11, D, generator=gen) * 3
+    want = sum(m(x) for m in members) / 3
+    torch.testing.assert_close(avg(x), want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(avg(x[1], layer_idx=1), want[1], atol=1e-5, rtol=1e-5)
+    other = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B + 4, interval=W, hidden=8), seed=0)
+    with pytest.raises(ForesightError, match="budget"):
+        Scorer.average([members[0], other])
+    hot = _scorer(model, seed=3)
+    hot.config.temperature = 0.01
+    cold = _scorer(model, seed=4)
+    cold.config.temperature = 0.003
+    with pytest.raises(ForesightError, match="temperatures"):
+        Scorer.average([hot, cold])
+    assert Scorer.average([hot, members[0]]).config.temperature == 0.01
