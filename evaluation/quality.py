@@ -56,7 +56,10 @@ def check_comparable(meta_a: dict, a: dict, meta_b: dict, b: dict, a_name: str, 
     full-cache CE does not depend on the policy, so a different value means different tokens or weights."""
     if meta_a.get("model") != meta_b.get("model"):
         raise ForesightError(f"model differs: {meta_a.get('model')!r} vs {meta_b.get('model')!r}")
-    if a["tokens"] != b["tokens"] or not math.isclose(a["ce_full"], b["ce_full"], rel_tol=1e-6):
+    # 1e-4: the same traces give full-cache CEs that differ around 1e-5 when the runs used other thread counts
+    # (fp32 reductions in another order: 0.606986 vs 0.606991 on the 48 benchmark traces, 1 vs 2 threads); other
+    # traces or weights move it far more
+    if a["tokens"] != b["tokens"] or not math.isclose(a["ce_full"], b["ce_full"], rel_tol=1e-4):
         raise ForesightError(f"{a_name} and {b_name}: different scored tokens or full-cache CE "
                              f"({a['tokens']} vs {b['tokens']} tokens, {a['ce_full']:.6f} vs {b['ce_full']:.6f}); "
                              "not the same traces or model")

@@ -123,6 +123,9 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
     assert r["ci_low"] <= r["mean"] <= r["ci_high"] <= 0.0
     assert compare.main([f"{new}:sl", f"{old}:sl_long", "--budget", "16", "--interval", "4"]) == 0
     assert "paired a - b -0.1333" in capsys.readouterr().out
+    threads = _quality_json(tmp_path / "th.json", "m", [{**_rec("sl", {"a": 1.2, "b": 1.3, "c": 1.5}),
+                                                        "ce_full": 0.5 * (1 + 1e-5)}])
+    assert compare.compare(f"{new}:sl", f"{threads}:sl", 16, 4)["n_traces"] == 3  # fp32 noise of thread counts
     other_traces = _quality_json(tmp_path / "t.json", "m", [_rec("sl", {"a": 1.0, "b": 1.0, "d": 1.0})])
     other_tokens = _quality_json(tmp_path / "k.json", "m", [{**_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0}),
                                                              "ce_full": 0.7}])
