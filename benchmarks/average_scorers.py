@@ -1,0 +1,42 @@
+"""Write one scorer that scores the mean of several (:meth:`foresight.scorer.Scorer.average`): an ensemble that
+every tool takes as it takes any scorer directory.
+
+    python benchmarks/average_scorers.py --out runs/avg_b64 smollm2-135m-b64-w16 \
+        benchmarks/results/quality_B64/sl_long_scorer
+
+Members are scorer directories or shipped short names; they must share the model, B, W, the feature set and the
+decay (one line, exit 2, otherwise). The output records its members and their weights' SHA-256 as provenance.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from foresight.errors import ForesightError, run_script
+from foresight.fingerprint import file_sha256
+from foresight.scorer import WEIGHTS_NAME, Scorer, resolve_scorer
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("members", nargs="+", help="scorer directories or shipped names (two or more)")
+    ap.add_argument("--out", required=True, help="directory to write the averaged scorer to (must not exist)")
+    args = ap.parse_args(argv)
+    if len(args.members) < 2:
+        raise ForesightError("give two or more scorers to average")
+    out = Path(args.out)
+    if out.exists():
+        raise ForesightError(f"--out {out} exists; choose a new directory")
+    scorers = [Scorer.from_pretrained(m) for m in args.members]  # each checked (files, finite weights)
+    provenance = {"average_of": [{"scorer": m, "sha256": file_sha256(resolve_scorer(m) / WEIGHTS_NAME)}
+                                 for m in args.members]}
+    avg = Scorer.average(scorers, provenance=provenance)
+    avg.save_pretrained(out)
+    print(f"wrote the mean of {len(scorers)} scorers (hidden {avg.config.hidden}, B={avg.config.budget}, "
+          f"W={avg.config.interval}, temperature {avg.config.temperature}) to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_script(main, "average_scorers")
