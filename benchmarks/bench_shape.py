@@ -14,13 +14,11 @@ feature set and width at the benchmark's (B, W), which costs what a trained one 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 import torch
 import transformers
 
-from evaluation.efficiency import bench_table, benchmark
+from evaluation.efficiency import bench_table, benchmark, write_bench
 from foresight.errors import ForesightError, run_script
 from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
 from foresight.policies import make_policy, policy_names
@@ -42,8 +40,8 @@ SHAPES: dict[str, tuple[str, dict]] = {
                                      num_attention_heads=32, num_key_value_heads=8, head_dim=128, vocab_size=151936,
                                      rope_theta=1000000.0, tie_word_embeddings=True)),
 }
-#: The shipped scorers' feature set and width (``foresight/scorers/*/scorer_config.json``).
-SCORER_FEATURES, SCORER_HIDDEN = ("key", "value", "attn", "age"), 16
+#: The shipped scorer whose feature set and width ``learned`` copies (as ``benchmarks/bench_scorer.py --like``).
+LIKE = "smollm2-135m-b64-w16"
 
 
 def random_model(shape: str, device: torch.device, dtype: torch.dtype, seed: int = 0):
@@ -77,10 +75,8 @@ def main(argv=None) -> int:
     device = torch.device(args.device) if args.device else default_device()
     dtype = default_dtype(device)
     names = [n for n in args.policies.split(",") if n and n != "full"]
-    try:  # everything checked before the (large) model is built
+    try:  # everything checked before the (large) model is built (CacheConfig refuses W >= B, as the scorer does)
         CacheConfig(args.budget, args.interval)
-        if args.interval >= args.budget:
-            raise ValueError(f"the scorer needs --interval < --budget, got {args.interval} >= {args.budget}")
     except ValueError as exc:
         raise ForesightError(f"--budget/--interval: {exc}") from None
     if min(args.new_tokens, args.batch_size, args.repeats) <= 0:
@@ -88,16 +84,15 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in policy_names() or n == "golden"]
     if unknown:
         raise ForesightError(f"--policies: unknown or replay-only {', '.join(unknown)}")
-    if args.out:
-        Path(args.out).mkdir(parents=True, exist_ok=True)
+    like = Scorer.from_pretrained(LIKE).config  # the shipped scorers' feature set and width
     model, tok = random_model(args.shape, device, dtype)
     fingerprint = model_fingerprint(model)
 
     def factory(name: str, budget: int):
         if name != "learned":
             return make_policy(name)
-        cfg = ScorerConfig(fingerprint, budget=budget, interval=args.interval, feature_set=SCORER_FEATURES,
-                           hidden=SCORER_HIDDEN, provenance={"trainer": "none (untrained, speed only)"})
+        cfg = ScorerConfig(fingerprint, budget=budget, interval=args.interval, feature_set=like.feature_set,
+                           hidden=like.hidden, decay=like.decay, provenance={"trainer": "none (untrained, speed only)"})
         return make_policy("learned", scorer=Scorer(cfg, seed=0))
 
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,
@@ -105,13 +100,11 @@ def main(argv=None) -> int:
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     header = (f"random-weight `{args.shape}` ({dtype}) on {gpu}, B={args.budget}, W={args.interval}, "
               f"{args.new_tokens} new tokens x batch {args.batch_size}, median of {args.repeats} interleaved repeats")
-    table = bench_table(records)
-    print(header, "", table, sep="\n")
+    print(header, "", bench_table(records), sep="\n")
     if args.out:
         meta = {"shape": args.shape, "device": gpu, "dtype": str(dtype), "fingerprint": fingerprint,
                 "torch": torch.__version__, "transformers": transformers.__version__}
-        (Path(args.out) / "bench.json").write_text(json.dumps({"settings": meta, "records": records}, indent=2) + "\n")
-        (Path(args.out) / "bench.md").write_text(f"{header}\n\n{table}\n")
+        write_bench(args.out, meta, header, records)
     return 0
 
 

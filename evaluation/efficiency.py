@@ -10,8 +10,10 @@ Time spent inside the policy's hooks (``observe``/``observe_layers``/``score``/`
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -170,6 +172,15 @@ def benchmark(
     return records
 
 
+def write_bench(out: str | Path, meta: dict, header: str, records: Sequence[dict]) -> tuple[Path, Path]:
+    """Write ``bench.json`` (settings + records) and ``bench.md`` (header + :func:`bench_table`) into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps({"settings": meta, "records": list(records)}, indent=2) + "\n")
+    (out / "bench.md").write_text(f"{header}\n\n{bench_table(records)}\n")
+    return out / "bench.json", out / "bench.md"
+
+
 def bench_table(records: Sequence[dict]) -> str:
     """Markdown table: full cache first, then the policies by decreasing speed."""
     rows = [records[0], *sorted(records[1:], key=lambda r: -r["tokens_per_s"])]
@@ -187,4 +198,4 @@ def bench_table(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes"]
+__all__ = ["DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
 from foresight.config import nonempty_text, positive_int
 
@@ -27,7 +24,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import foresight
-    from evaluation.efficiency import bench_table, benchmark
+    from evaluation.efficiency import bench_table, benchmark, write_bench
     from evaluation.policies import check_requirements, make_factory, parse_policies
     from foresight.schedule import CacheConfig
 
@@ -52,10 +49,7 @@ def run(args) -> int:
     print()
     print(table)
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         meta = {"model": args.model, "device": device, "fingerprint": foresight.model_fingerprint(model)}
-        (out / "bench.json").write_text(json.dumps({"settings": meta, "records": records}, indent=2) + "\n")
-        (out / "bench.md").write_text(f"{header}\n\n{table}\n")
-        print(f"\nwrote {out / 'bench.json'}, {out / 'bench.md'}")
+        js, md = write_bench(args.out, meta, header, records)
+        print(f"\nwrote {js}, {md}")
     return 0
