@@ -378,3 +378,24 @@ def test_adapt_eval_script_reproduces_the_trainers_heldout_evaluation_and_refuse
             mod.run_script(lambda: mod.main(argv), "adapt_eval")
         assert exc.value.code == 2 and match in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()  # refused before writing anything
+
+
+def test_adapt_runs_script_pairs_two_real_runs_by_step_and_refuses_another_data_order(data, tmp_path, capsys):
+    """benchmarks/adapt_runs.py on two real runs that differ only in learning rate: every logged window's teacher
+    CE agrees (same traces), the losses differ from step 2 on; a run with another seed is refused."""
+    import importlib.util
+
+    from training.adapt import run_adapt
+
+    spec = importlib.util.spec_from_file_location("adapt_runs", REPO / "benchmarks" / "adapt_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name, kw in (("fast", {}), ("slow", {"lr": 1e-3}), ("seed1", {"seed": 1})):
+        model = foresight.load_model("tiny-llama", device="cpu")[0]  # adapt refuses a model with LoRA layers
+        run_adapt(_cfg(data, tmp_path / name, steps=3, policy="h2o", **kw), model=model)
+    res = mod.compare(tmp_path / "fast", tmp_path / "slow")
+    assert res["windows"] == 3 and res["values_a"][0] == pytest.approx(res["values_b"][0], rel=1e-5)
+    assert res["values_a"][2] != pytest.approx(res["values_b"][2], rel=1e-4)  # the learning rates differ
+    with pytest.raises(SystemExit) as exc:
+        mod.run_script(lambda: mod.main([str(tmp_path / "fast"), str(tmp_path / "seed1")]), "adapt_runs")
+    assert exc.value.code == 2 and "setting 'seed' differs" in capsys.readouterr().err
