@@ -30,7 +30,7 @@ from pathlib import Path
 
 from evaluation.stats import paired_bootstrap
 from foresight.errors import ForesightError, run_script
-from foresight.adapters import TRAINING_META
+from foresight.adapters import TRAINING_META, read_training_meta
 from training.checkpoint import checkpoint_root, find_latest, latest_step
 from training.logging import read_metrics
 
@@ -53,14 +53,12 @@ def run_settings(run: str | Path) -> tuple[str, dict]:
     run = Path(run)
     if checkpoint_root(run).is_dir() and latest_step(run) is not None:
         return "checkpoint", dict(find_latest(run)[1]["settings"])
-    for path in (run / "adapter" / TRAINING_META, run / TRAINING_META):
-        if path.is_file():
-            try:
-                meta = json.loads(path.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise ForesightError(f"{path}: not readable ({exc})") from None
-            if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
-                raise ForesightError(f"{path}: no training config (not written by `foresight train adapt`)")
+    for where in (run / "adapter", run):
+        meta = read_training_meta(where)  # one line, exit 2, when it is not JSON
+        if meta is not None:
+            if not isinstance(meta.get("config"), dict):
+                raise ForesightError(f"{where / TRAINING_META}: no training config (not written by `foresight train "
+                                     "adapt`)")
             return "adapter", {**meta["config"], "scorer": meta.get("scorer_sha256"), "traces": meta.get("traces")}
     raise ForesightError(f"{run}: neither a checkpoint nor {TRAINING_META} (needed to check that the runs saw the "
                          "same data)")

@@ -128,4 +128,8 @@ def test_bad_inputs_are_one_line_and_exit_2_before_anything_is_written(tmp_path,
     _fails([str(ra), str(tmp_path / "missing")], capsys, "neither a checkpoint")
     (rb / "metrics.jsonl").write_text("{not json\n")
     _fails([str(ra), str(rb)], capsys, "not readable")
+    (rb / "adapter" / "foresight_adapter.json").write_text("{not json")
+    _fails([str(ra), str(rb)], capsys, "is not valid JSON")
+    (rb / "adapter" / "foresight_adapter.json").write_text("{}")
+    _fails([str(ra), str(rb)], capsys, "no training config")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "empty"]
