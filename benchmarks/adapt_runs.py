@@ -29,9 +29,9 @@ import math
 from pathlib import Path
 
 from evaluation.stats import paired_bootstrap
-from foresight.errors import ForesightError, run_script
 from foresight.adapters import TRAINING_META, read_training_meta
-from training.checkpoint import checkpoint_root, find_latest, latest_step
+from foresight.errors import ForesightError, run_script
+from training.checkpoint import find_latest, latest_step
 from training.logging import read_metrics
 
 # checkpoint settings that decide which traces a step sees and how the cache evicts them
@@ -51,7 +51,7 @@ def run_settings(run: str | Path) -> tuple[str, dict]:
     ``config`` of its adapter's ``foresight_adapter.json`` (``"adapter"``, in ``RUN/adapter/`` or ``RUN/``, as a
     results directory keeps it), with the scorer named by its weights' SHA-256. ``ForesightError`` when neither."""
     run = Path(run)
-    if checkpoint_root(run).is_dir() and latest_step(run) is not None:
+    if latest_step(run) is not None:
         return "checkpoint", dict(find_latest(run)[1]["settings"])
     for where in (run / "adapter", run):
         meta = read_training_meta(where)  # one line, exit 2, when it is not JSON
@@ -73,7 +73,13 @@ def train_records(run: str | Path) -> dict[int, dict]:
         records = read_metrics(path)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{path}: not readable ({exc})") from None
-    return {int(r["step"]): r for r in records if r.get("kind") == "train"}
+    out = {}
+    for i, r in enumerate(records, 1):
+        if not isinstance(r, dict) or not isinstance(r.get("step"), int):
+            raise ForesightError(f"{path}: line {i} is not a metrics record with an integer 'step'")
+        if r.get("kind") == "train":
+            out[r["step"]] = r
+    return out
 
 
 def check_comparable(a: tuple[str, dict], b: tuple[str, dict], metric: str, names: tuple[str, str]) -> list[str]:
@@ -81,7 +87,7 @@ def check_comparable(a: tuple[str, dict], b: tuple[str, dict], metric: str, name
     returns the settings that could not be checked (a checkpoint names the scorer and traces by content digests
     and records the world size; an adapter's record names them by path and SHA-256 and does not)."""
     keys = SAME_DATA + (SAME_OBJECTIVE if metric == "loss" else ())
-    unchecked = [] if a[0] == b[0] else [k for k in BY_SOURCE if k in keys]
+    unchecked = [] if a[0] == b[0] else list(BY_SOURCE)
     sa, sb = ({**OBJECTIVE_DEFAULTS, **x[1]} for x in (a, b))
     for key in keys:
         if key in unchecked:
@@ -103,10 +109,12 @@ def paired_windows(ra: dict[int, dict], rb: dict[int, dict], metric: str, names:
     for s in steps:
         x, y = ra[s], rb[s]
         for name, rec in zip(names, (x, y)):
-            if metric not in rec:
-                raise ForesightError(f"{name}/metrics.jsonl: step {s} has no {metric!r}")
-        cx, cy = x.get("ce_full"), y.get("ce_full")
-        if cx is None or cy is None or not math.isclose(cx, cy, rel_tol=CE_RTOL, abs_tol=1e-9):
+            for key in (metric, "ce_full"):
+                v = rec.get(key)
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ForesightError(f"{name}/metrics.jsonl: step {s} has no finite {key!r} (got {v!r})")
+        cx, cy = x["ce_full"], y["ce_full"]
+        if not math.isclose(cx, cy, rel_tol=CE_RTOL, abs_tol=1e-9):
             raise ForesightError(f"step {s}: teacher CE {cx} in {names[0]} vs {cy} in {names[1]}; the runs did not "
                                  "see the same traces there")
         if x.get("positions") != y.get("positions"):
@@ -181,6 +189,8 @@ def main(argv=None) -> int:
     for path in (args.json, args.plot):
         if path and not Path(path).parent.is_dir():
             raise ForesightError(f"{path}: its directory does not exist")
+        if path and Path(path).is_dir():
+            raise ForesightError(f"{path}: is a directory; name a file")
     res = compare(args.run_a, args.run_b, args.metric, args.seed)
     print(markdown(res), end="")
     if args.json:

@@ -115,6 +115,15 @@ def test_windows_that_saw_other_traces_are_refused(tmp_path, capsys):
     _fails([str(ra), str(rd)], capsys, "step 20: 101 scored positions")
 
 
+def test_a_window_without_a_finite_value_is_refused_not_averaged(tmp_path, capsys):
+    """A window whose steps were all skipped logs loss NaN; it must not turn the paired mean into NaN silently."""
+    ra = _run(tmp_path / "a", [0.1, float("nan"), 0.3])
+    rb = _run(tmp_path / "b", [0.1, 0.2, 0.3])
+    _fails([str(ra), str(rb)], capsys, "step 20 has no finite 'loss'")
+    rc = _run(tmp_path / "c", [0.1, 0.2, 0.3], ce_full=[0.5, None, 0.7])
+    _fails([str(rb), str(rc)], capsys, "step 20 has no finite 'ce_full'")
+
+
 def test_bad_inputs_are_one_line_and_exit_2_before_anything_is_written(tmp_path, capsys):
     ra = _run(tmp_path / "a", [0.1, 0.2])
     rb = _run(tmp_path / "b", [0.1])
@@ -126,6 +135,9 @@ def test_bad_inputs_are_one_line_and_exit_2_before_anything_is_written(tmp_path,
     (empty / "metrics.jsonl").write_text("")
     _fails([str(ra), str(empty)], capsys, "neither a checkpoint nor foresight_adapter.json")
     _fails([str(ra), str(tmp_path / "missing")], capsys, "neither a checkpoint")
+    _fails([str(ra), str(ra), "--json", str(tmp_path)], capsys, "is a directory")
+    (rb / "metrics.jsonl").write_text('{"kind": "train", "loss": 0.1}\n')
+    _fails([str(ra), str(rb)], capsys, "line 1 is not a metrics record")
     (rb / "metrics.jsonl").write_text("{not json\n")
     _fails([str(ra), str(rb)], capsys, "not readable")
     (rb / "adapter" / "foresight_adapter.json").write_text("{not json")
