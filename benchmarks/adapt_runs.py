@@ -52,7 +52,7 @@ def run_settings(run: str | Path) -> tuple[str, dict]:
     results directory keeps it), with the scorer named by its weights' SHA-256. ``ForesightError`` when neither."""
     run = Path(run)
     if latest_step(run) is not None:
-        return "checkpoint", dict(find_latest(run)[1]["settings"])
+        return "checkpoint", dict(find_latest(run, who="run settings")[1]["settings"])
     for where in (run / "adapter", run):
         meta = read_training_meta(where)  # one line, exit 2, when it is not JSON
         if meta is not None:

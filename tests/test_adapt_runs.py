@@ -145,3 +145,14 @@ def test_bad_inputs_are_one_line_and_exit_2_before_anything_is_written(tmp_path,
     (rb / "adapter" / "foresight_adapter.json").write_text("{}")
     _fails([str(ra), str(rb)], capsys, "no training config")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "empty"]
+
+
+def test_a_damaged_checkpoint_manifest_is_named_by_adapt_runs_not_by_resume(tmp_path, capsys):
+    ra = _run(tmp_path / "a", [0.1, 0.2], as_checkpoint=True)
+    rb = _run(tmp_path / "b", [0.1, 0.3])
+    manifest = ra / "checkpoints" / "step_000030" / "checkpoint.json"
+    manifest.write_text("{not json")
+    said = f"adapt_runs: error: run settings: {manifest} is not a"
+    _fails([str(ra), str(rb)], capsys, f"{said} readable checkpoint manifest")
+    manifest.write_text(json.dumps({"format": "other"}))
+    _fails([str(ra), str(rb)], capsys, f"{said} foresight-checkpoint/1 manifest")

@@ -92,26 +92,27 @@ def latest_step(out_dir: str | Path) -> int | None:
     return found[-1][0] if found else None
 
 
-def find_latest(out_dir: str | Path) -> tuple[Path, dict]:
-    """The newest complete checkpoint directory and its manifest; ``ForesightError`` when there is none."""
+def find_latest(out_dir: str | Path, who: str = "--resume") -> tuple[Path, dict]:
+    """The newest complete checkpoint directory and its manifest; ``ForesightError`` when there is none, its
+    message starting with ``who`` (the flag or tool that asked for the checkpoint)."""
     root = checkpoint_root(out_dir)
     found = _complete(root)
     if not found:
         if any((p / "mp_rank_00_model_states.pt").exists() for p in root.glob("step_*")):
-            raise ForesightError(f"--resume: the checkpoints under {root} are in DeepSpeed's pickle format, which "
+            raise ForesightError(f"{who}: the checkpoints under {root} are in DeepSpeed's pickle format, which "
                                  "is never loaded (unpickling can run code); start again in a fresh out_dir")
-        raise ForesightError(f"--resume: no checkpoint under {root}")
+        raise ForesightError(f"{who}: no checkpoint under {root}")
     path = found[-1][1]
-    return path, _read_json(path / MANIFEST)
+    return path, _read_json(path / MANIFEST, who)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, who: str) -> dict:
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ForesightError(f"--resume: {path} is not a readable checkpoint manifest ({exc})") from None
+        raise ForesightError(f"{who}: {path} is not a readable checkpoint manifest ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("settings"), dict):
-        raise ForesightError(f"--resume: {path} is not a {FORMAT} manifest")
+        raise ForesightError(f"{who}: {path} is not a {FORMAT} manifest")
     return data
 
 
