@@ -225,6 +225,62 @@ def test_adapt_trains_resumes_like_an_uninterrupted_run_and_writes_a_peft_adapte
     torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
 
 
+def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_resume(data, tmp_path):
+    """A second training cycle from a trained adapter: its step-0 evaluation is the first run's final one (same
+    weights, same held-out split), its output records the adapter it started from, and a resume with another
+    starting adapter is refused."""
+    from foresight.errors import ForesightError
+    from foresight.fingerprint import file_sha256
+    from training.adapt import run_adapt
+
+    fresh = lambda: foresight.load_model("tiny-llama", device="cpu")[0]  # noqa: E731 (LoRA goes into it)
+    first = run_adapt(_cfg(data, tmp_path / "a", steps=2), model=fresh())
+    other = run_adapt(_cfg(data, tmp_path / "c", steps=1), model=fresh())["adapter"]
+    init = str(tmp_path / "a" / "adapter")
+    part = run_adapt(_cfg(data, tmp_path / "b", steps=2, lr=5e-3, eval_before=True, init_adapter=init,
+                          checkpoint_every=1, max_steps_per_run=1), model=fresh())
+    for key in ("heldout_learned_loss_ratio_adapted", "heldout_learned_kl_adapted", "heldout_kl_to_base",
+                "heldout_full_ce_ratio"):
+        assert part["eval_before"][key] == pytest.approx(first["eval"][key], rel=1e-5, abs=1e-7), key
+    assert part["eval_before"]["heldout_learned_kl_adapted"] > 0  # not a fresh (zero-B) adapter: it starts trained
+    with pytest.raises(ForesightError, match="init_adapter"):
+        run_adapt(_cfg(data, tmp_path / "b", steps=2, lr=5e-3, init_adapter=other, checkpoint_every=1),
+                  resume=True, model=fresh())
+    done = run_adapt(_cfg(data, tmp_path / "b", steps=2, lr=5e-3, init_adapter=init, checkpoint_every=1),
+                     resume=True, model=fresh())
+    assert done["finished"] and done["start"] == 1
+    meta = json.loads((tmp_path / "b" / "adapter" / "foresight_adapter.json").read_text())
+    assert meta["init_adapter"] == {"path": init, "sha256": file_sha256(Path(init) / "adapter_model.safetensors")}
+    a, b = _adapter_weights(Path(init)), _adapter_weights(tmp_path / "b" / "adapter")
+    assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # it went on training
+
+
+def test_init_adapter_of_another_shape_or_base_model_is_refused_before_training(data, tmp_path):
+    from foresight.adapters import TRAINING_META, AdapterError
+    from foresight.config import ConfigError
+    from tests.conftest import save_random_adapter
+    from training.adapt import run_adapt
+
+    lora = save_random_adapter(tmp_path / "r4", r=4, targets=("q_proj", "v_proj"))
+    with pytest.raises(ConfigError, match=r"init_adapter .*r4: has lora_r=4 \(config: 2\), lora_alpha=8 \(config: "
+                                          r"16.0\), target_modules=\['q_proj', 'v_proj'\]"):
+        _cfg(data, tmp_path / "x", init_adapter=str(lora))
+    with pytest.raises(ConfigError, match="init_adapter: adapter .* has no adapter_config.json"):
+        _cfg(data, tmp_path / "x", init_adapter=str(data["scorer"]))
+    other = save_random_adapter(tmp_path / "qwen", model_name="tiny-qwen3", r=2, targets=("q_proj", "k_proj",
+                                                                                         "v_proj", "o_proj"))
+    with pytest.raises(AdapterError, match="made for 'tiny-qwen3', not for the model 'tiny-llama'"):
+        run_adapt(_cfg(data, tmp_path / "x", init_adapter=str(other), lora_alpha=4), model=foresight.load_model(
+            "tiny-llama", device="cpu")[0])
+    fitted = save_random_adapter(tmp_path / "fp", r=2, targets=("q_proj", "k_proj", "v_proj", "o_proj"))
+    (fitted / TRAINING_META).write_text(json.dumps({"base_fingerprint": foresight.model_fingerprint(
+        foresight.load_model("tiny-qwen3", device="cpu")[0])}))
+    with pytest.raises(AdapterError, match="made with another model"):
+        run_adapt(_cfg(data, tmp_path / "x", init_adapter=str(fitted), lora_alpha=4), model=foresight.load_model(
+            "tiny-llama", device="cpu")[0])
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize("policy", ["learned", "h2o"])
 def test_export_writes_the_adapter_in_peft_format_beside_the_scorer(data, tmp_path, capsys, policy):
     from peft import PeftModel
@@ -287,7 +343,7 @@ def test_adapt_config_is_validated_before_any_work(data, tmp_path):
                       ({"scorer": str(tmp_path)}, "config.json"), ({"lora_r": 0}, "lora_r"),
                       ({"policy": "h2o", "policy_kwargs": {"nope": 1}}, "nope"),
                       ({"adapter": str(data["scorer"])}, "no adapter_config.json"),
-                      ({"adapter": str(lora)}, "trains a new adapter on the base model"), ({"interval": 16}, "interval"),
+                      ({"adapter": str(lora)}, "set `init_adapter` to it"), ({"interval": 16}, "interval"),
                       ({"eval_policies": ["golden"]}, "golden"), ({"target_modules": []}, "target_modules")]:
         with pytest.raises((ForesightError, ValueError), match=match):
             _cfg(data, tmp_path / "x", **kw)

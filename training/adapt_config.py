@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
-from foresight.config import ConfigError
+from foresight.adapters import AdapterError, read_adapter_config
+from foresight.config import ConfigError, check_adapter
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
@@ -25,7 +26,7 @@ class AdaptConfig(TrainerConfig):
     """Keys of ``configs/adapt.yaml`` (documented there); validated on construction."""
 
     RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see AdaptTask
-        "traces", "heldout_traces", "scorer", "eval_policies", "eval_traces", "eval_before"}
+        "traces", "heldout_traces", "scorer", "eval_policies", "eval_traces", "eval_before", "init_adapter"}
 
     out_dir: str = "runs/adapt"
     steps: int = 200
@@ -47,6 +48,7 @@ class AdaptConfig(TrainerConfig):
     budget: int = 64
     interval: int = 16
     sinks: int = 0
+    init_adapter: str | None = None
     lora_r: int = 8
     lora_alpha: float = 16.0
     lora_dropout: float = 0.0
@@ -61,8 +63,9 @@ class AdaptConfig(TrainerConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.adapter is not None:
-            raise ConfigError("adapter: `train adapt` trains a new adapter on the base model; to start from a "
-                              "LoRA-tuned model, merge that adapter into a model directory and set `model` to it")
+            raise ConfigError("adapter: `train adapt` trains an adapter on the base model; to continue training an "
+                              "adapter, set `init_adapter` to it (to adapt a LoRA-tuned model, merge its adapter "
+                              "into a model directory and set `model` to it)")
         if not self.traces:
             raise ConfigError("set `traces` (a `foresight trace` directory made by the base model)")
         if self.heldout_traces is not None and not Path(self.heldout_traces).is_dir():
@@ -79,6 +82,7 @@ class AdaptConfig(TrainerConfig):
                               f"{self.lora_alpha}, {self.lora_dropout}")
         if not self.target_modules or not all(isinstance(t, str) and t for t in self.target_modules):
             raise ConfigError(f"target_modules must be a non-empty list of module names, got {self.target_modules!r}")
+        self._check_init_adapter()
         if self.ce_weight < 0:
             raise ConfigError(f"ce_weight must be >= 0, got {self.ce_weight}")
         if not self.anchor_weight >= 0:
@@ -93,6 +97,26 @@ class AdaptConfig(TrainerConfig):
         if "learned" in (self.policy, *self.eval_policies):
             self._check_scorer()
         self.build_policy()  # unknown or bad hyperparameters fail now, before any model is loaded
+
+    def _check_init_adapter(self) -> None:
+        """``init_adapter`` is a peft LoRA directory of the shape the LoRA keys describe (its base model is checked
+        when the model is loaded, :meth:`training.adapt.AdaptTask`)."""
+        if self.init_adapter is None:
+            return
+        try:
+            check_adapter(self.init_adapter, "init_adapter")
+            got = read_adapter_config(self.init_adapter)
+        except AdapterError as exc:
+            raise ConfigError(f"init_adapter: {exc}") from None
+        have = {"peft_type": got.get("peft_type"), "lora_r": got.get("r"), "lora_alpha": got.get("lora_alpha"),
+                "target_modules": sorted(got["target_modules"]) if isinstance(got.get("target_modules"), list)
+                else got.get("target_modules")}
+        want = {"peft_type": "LORA", "lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
+                "target_modules": sorted(self.target_modules)}
+        diff = [f"{k}={have[k]!r} (config: {want[k]!r})" for k in want if have[k] != want[k]]
+        if diff:
+            raise ConfigError(f"init_adapter {self.init_adapter}: has {', '.join(diff)}; set lora_r, lora_alpha and "
+                              "target_modules to the adapter's")
 
     def _check_scorer(self) -> None:
         if not self.scorer:
