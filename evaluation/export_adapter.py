@@ -99,8 +99,12 @@ def adapter_card(adapter_dir: Path, out: Path, paired: bool) -> list[str]:
                      "cache (KL over positions >= B + W).")
     else:
         lines.append("An adapter not trained by `foresight train adapt` (no record of an eviction policy, B or W).")
+    init = meta.get("init_adapter") if isinstance(meta.get("init_adapter"), dict) else None
     lines += ["", f"- base model: `{base}`; {ident['peft_type']} r = {ident['r']}, alpha = {ident['lora_alpha']}, "
               f"targets {', '.join(ident['target_modules'] or [])}",
+              *([f"- training continued from the adapter `{init.get('path')}` (sha256 "
+                 f"`{str(init.get('sha256'))[:16]}…`; `init_adapter`): \"before training\" below is that adapter"]
+                if init else []),
               f"- files: `{ADAPTER_SUBDIR}/{ADAPTER_CONFIG}`, `{ADAPTER_SUBDIR}/{ADAPTER_WEIGHTS}` (sha256 "
               f"`{ident['sha256'][:16]}…`), `{ADAPTER_SUBDIR}/{TRAINING_META}`",
               "- " + ("this scorer is the one the adapter was trained with (frozen): its fingerprint records the "

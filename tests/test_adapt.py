@@ -228,7 +228,8 @@ def test_adapt_trains_resumes_like_an_uninterrupted_run_and_writes_a_peft_adapte
 def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_resume(data, tmp_path):
     """A second training cycle from a trained adapter: its step-0 evaluation is the first run's final one (same
     weights, same held-out split), its output records the adapter it started from, and a resume with another
-    starting adapter is refused."""
+    starting adapter is refused; the export's model card names the adapter it started from."""
+    from foresight.cli import main
     from foresight.errors import ForesightError
     from foresight.fingerprint import file_sha256
     from training.adapt import run_adapt
@@ -253,6 +254,9 @@ def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_r
     assert meta["init_adapter"] == {"path": init, "sha256": file_sha256(Path(init) / "adapter_model.safetensors")}
     a, b = _adapter_weights(Path(init)), _adapter_weights(tmp_path / "b" / "adapter")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # it went on training
+    assert main(["export", str(data["scorer"]), "--out", str(tmp_path / "export"), "--adapter", str(tmp_path / "b")]) == 0
+    card = (tmp_path / "export" / "README.md").read_text()
+    assert f"training continued from the adapter `{init}` (sha256 `{meta['init_adapter']['sha256'][:16]}" in card
 
 
 def test_init_adapter_of_another_shape_or_base_model_is_refused_before_training(data, tmp_path):
