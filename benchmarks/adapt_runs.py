@@ -30,6 +30,7 @@ from pathlib import Path
 
 from evaluation.stats import paired_bootstrap
 from foresight.adapters import TRAINING_META, read_training_meta
+from foresight.config import check_output_file
 from foresight.errors import ForesightError, run_script
 from training.checkpoint import find_latest, latest_step
 from training.logging import read_metrics
@@ -186,11 +187,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    for path in (args.json, args.plot):
-        if path and not Path(path).parent.is_dir():
-            raise ForesightError(f"{path}: its directory does not exist")
-        if path and Path(path).is_dir():
-            raise ForesightError(f"{path}: is a directory; name a file")
+    check_output_file(args.json, "--json")
+    check_output_file(args.plot, "--plot")
     res = compare(args.run_a, args.run_b, args.metric, args.seed)
     print(markdown(res), end="")
     if args.json:

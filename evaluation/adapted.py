@@ -13,10 +13,16 @@ Anchors: LoRA (Hu et al. 2021, https://arxiv.org/abs/2106.09685); Dynamic Memory
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 from evaluation.fidelity import evaluate_fidelity
+from evaluation.quality import check_comparable, paired_difference
 from evaluation.stats import paired_bootstrap
+from foresight.errors import ForesightError
+
+#: ``adapt_eval.py`` settings two measurements must share to be paired (the model, traces and eviction).
+SAME_SETTINGS = ("model", "budget", "interval", "sinks", "num_traces")
 
 
 def fidelity_by_policy(lm, rows: Sequence[dict], policies: Sequence[str], budget: int, interval: int, sinks: int,
@@ -58,4 +64,60 @@ def compare_adapted(base: dict[str, dict], adapted: dict[str, dict], seed: int =
     return out
 
 
-__all__ = ["compare_adapted", "fidelity_by_policy"]
+def gap_removed(adapted: float, base: float) -> float:
+    """The share of the loss-ratio gap to 1.0 that adaptation removed: ``1 - (adapted - 1) / (base - 1)``."""
+    return 1.0 - (adapted - 1.0) / (base - 1.0) if base != 1.0 else float("nan")
+
+
+def _summary(base: dict, adapted: dict) -> dict:
+    """One adapter's pooled numbers under one policy. ``vs_base_full_cache``: the adapted model's evicted CE over
+    the *base* model's full-cache CE (its own loss ratio times its full-cache CE ratio), the number that counts any
+    change the adapter made to the uncompressed model against it."""
+    ratio, ce_ratio = adapted["loss_ratio"], adapted["ce_full"] / base["ce_full"]
+    return {"loss_ratio_base": base["loss_ratio"], "loss_ratio_adapted": ratio,
+            "gap_removed": gap_removed(ratio, base["loss_ratio"]), "full_ce_ratio": ce_ratio,
+            "vs_base_full_cache": ratio * ce_ratio,
+            "gap_removed_vs_base_full_cache": gap_removed(ratio * ce_ratio, base["loss_ratio"])}
+
+
+def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, seed: int = 0) -> dict:
+    """Paired per-trace comparison ``a - b`` of two adapters' loss ratios under ``policy``, each measured by
+    ``benchmarks/adapt_eval.py`` (``a`` and ``b``: its JSON output, ``{"meta", "base", "adapted"}``).
+
+    The measurements must share the model, traces and eviction: the settings in ``SAME_SETTINGS`` and the policy's
+    hyperparameters and scorer must agree, and their *base* records (adapter disabled: the same model, traces and
+    policy give the same replay) must have the same scored tokens, full-cache CE and pooled loss ratio; anything
+    else raises :class:`ForesightError` naming what differs. Returns each adapter's pooled numbers
+    (:func:`_summary`), the paired per-trace difference with a bootstrap 95% interval and how many traces ``a`` is
+    lower on.
+    """
+    recs = {}
+    for name, data in ((a_name, a), (b_name, b)):
+        found = [{r.get("policy"): r for r in data[kind]}.get(policy) for kind in ("base", "adapted")]
+        if None in found:
+            measured = ", ".join(map(str, data["meta"].get("policies") or []))
+            raise ForesightError(f"{name}: no {policy!r} record (measured: {measured})")
+        recs[name] = found
+    ma, mb = a["meta"], b["meta"]
+    same = [*SAME_SETTINGS, ("policy_kwargs", policy)] + ([("scorer",)] if policy == "learned" else [])
+    for key in same:
+        key = key if isinstance(key, tuple) else (key,)
+        va, vb = ma.get(key[0]), mb.get(key[0])
+        if len(key) > 1:
+            va, vb = (va or {}).get(key[1], {}), (vb or {}).get(key[1], {})
+        if va != vb:
+            raise ForesightError(f"{a_name} and {b_name}: measured with different {'.'.join(key)} ({va!r} vs "
+                                 f"{vb!r}); a paired comparison needs the same model, traces and eviction")
+    (base_a, ad_a), (base_b, ad_b) = recs[a_name], recs[b_name]
+    check_comparable(ma, base_a, mb, base_b, f"{a_name} (base)", f"{b_name} (base)")
+    if not math.isclose(base_a["loss_ratio"], base_b["loss_ratio"], rel_tol=1e-4):
+        raise ForesightError(f"{a_name} and {b_name}: the base model's {policy} loss ratio differs "
+                             f"({base_a['loss_ratio']:.6f} vs {base_b['loss_ratio']:.6f}); not the same eviction")
+    diff = paired_difference(ad_a, ad_b, a_name, b_name, seed)
+    ra, rb = ad_a["per_trace_ratio"], ad_b["per_trace_ratio"]
+    return {"a": a_name, "b": b_name, "policy": policy, "budget": ma.get("budget"), "interval": ma.get("interval"),
+            "a_summary": _summary(base_a, ad_a), "b_summary": _summary(base_b, ad_b), "paired": diff,
+            "a_lower": sum(ra[t] < rb[t] for t in ra)}
+
+
+__all__ = ["SAME_SETTINGS", "compare_adapted", "compare_adapters", "fidelity_by_policy", "gap_removed"]

@@ -215,6 +215,18 @@ def read_json(path: str | Path, what: str = "JSON file", expect: type | tuple | 
     return data
 
 
+def check_output_file(path: str | Path | None, key: str) -> str | Path | None:
+    """An output file to be written later (None passes): its directory exists and it is not a directory, checked
+    before any work so a long computation never ends in an unwritable path."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        raise ConfigError(f"{key} {path}: is a directory; name a file")
+    if not Path(path).parent.is_dir():
+        raise ConfigError(f"{key} {path}: its directory does not exist")
+    return path
+
+
 def check_device(device: str | None, key: str = "device") -> str | None:
     """A device string torch understands and this machine has; None (the default device) passes."""
     if device is None:

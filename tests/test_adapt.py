@@ -254,7 +254,8 @@ def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_r
     assert meta["init_adapter"] == {"path": init, "sha256": file_sha256(Path(init) / "adapter_model.safetensors")}
     a, b = _adapter_weights(Path(init)), _adapter_weights(tmp_path / "b" / "adapter")
     assert a.keys() == b.keys() and any(not torch.equal(a[k], b[k]) for k in a)  # it went on training
-    assert main(["export", str(data["scorer"]), "--out", str(tmp_path / "export"), "--adapter", str(tmp_path / "b")]) == 0
+    assert main(["export", str(data["scorer"]), "--out", str(tmp_path / "export"),
+                 "--adapter", str(tmp_path / "b")]) == 0
     card = (tmp_path / "export" / "README.md").read_text()
     assert f"training continued from the adapter `{init}` (sha256 `{meta['init_adapter']['sha256'][:16]}" in card
 

@@ -1,0 +1,109 @@
+"""benchmarks/adapt_compare.py: two adapters' held-out measurements paired per trace, against a hand computation;
+measurements of other traces, eviction or model refused in one line with exit 2, before anything is written."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IDS = [f"p{i}#0" for i in range(6)]
+BASE = [1.30, 1.10, 1.25, 1.05, 1.40, 1.20]
+
+
+def _mod():
+    spec = importlib.util.spec_from_file_location("adapt_compare", REPO / "benchmarks" / "adapt_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _record(ratios, ce_full, loss_ratio):
+    return {"policy": "learned", "budget": 8, "interval": 2, "loss_ratio": loss_ratio, "ce_full": ce_full,
+            "tokens": 600, "per_trace_ratio": dict(zip(IDS, ratios))}
+
+
+def _eval(path: Path, adapted, ce_full_adapted, loss_ratio_adapted) -> Path:
+    meta = {"model": "tiny-llama", "budget": 8, "interval": 2, "sinks": 0, "num_traces": len(IDS),
+            "policies": ["learned"], "policy_kwargs": {"learned": {}}, "scorer": "s"}
+    data = {"meta": meta, "base": [_record(BASE, 2.0, 1.2)],
+            "adapted": [_record(adapted, ce_full_adapted, loss_ratio_adapted)]}
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def evals(tmp_path):
+    a = _eval(tmp_path / "a.json", [1.10, 1.05, 1.12, 1.00, 1.20, 1.08], 2.02, 1.09)
+    b = _eval(tmp_path / "b.json", [1.15, 1.04, 1.18, 1.02, 1.25, 1.10], 2.01, 1.12)
+    return a, b
+
+
+def test_paired_difference_and_summaries_match_a_hand_computation(evals, tmp_path, capsys):
+    a, b = evals
+    mod = _mod()
+    assert mod.main([str(a), str(b), "--json", str(tmp_path / "r.json"), "--md", str(tmp_path / "r.md")]) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    ra = json.loads(a.read_text())["adapted"][0]["per_trace_ratio"]
+    rb = json.loads(b.read_text())["adapted"][0]["per_trace_ratio"]
+    d = np.array([ra[t] - rb[t] for t in IDS])
+    assert res["paired"]["mean"] == pytest.approx(d.mean(), abs=1e-12)
+    assert res["paired"]["ci_low"] <= d.mean() <= res["paired"]["ci_high"] and res["paired"]["n_traces"] == 6
+    assert res["a_lower"] == int((d < 0).sum()) == 5
+    sa = res["a_summary"]
+    assert sa["gap_removed"] == pytest.approx(1 - 0.09 / 0.2)  # 1.2 -> 1.09 removes 55% of the gap
+    assert sa["full_ce_ratio"] == pytest.approx(1.01)
+    assert sa["vs_base_full_cache"] == pytest.approx(1.09 * 1.01)
+    assert sa["gap_removed_vs_base_full_cache"] == pytest.approx(1 - (1.09 * 1.01 - 1) / 0.2)
+    assert "A lower on 5 of 6 traces" in capsys.readouterr().out
+    assert (tmp_path / "r.md").read_text().startswith(f"A = {a}")
+
+
+def _fails(argv, capsys, match):
+    mod = _mod()
+    with pytest.raises(SystemExit) as exc:
+        mod.run_script(lambda: mod.main(argv), "adapt_compare")
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and match in err and len(err.strip().splitlines()) == 1, err
+
+
+def _edit(path: Path, out: Path, change) -> Path:
+    data = json.loads(path.read_text())
+    change(data)
+    out.write_text(json.dumps(data))
+    return out
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda d: d["meta"].update(budget=16), "different budget (8 vs 16)"),
+    (lambda d: d["meta"].update(model="tiny-qwen3"), "different model"),
+    (lambda d: d["meta"].update(scorer="other"), "different scorer"),
+    (lambda d: d["meta"]["policy_kwargs"].update(learned={"selection": "sample"}), "different policy_kwargs.learned"),
+    (lambda d: d["base"][0].update(ce_full=2.5), "different scored tokens or full-cache CE"),
+    (lambda d: d["base"][0].update(loss_ratio=1.25), "base model's learned loss ratio differs"),
+    (lambda d: d["adapted"][0]["per_trace_ratio"].pop(IDS[0]), "measured on different traces"),
+    (lambda d: d["adapted"][0].update(policy="h2o"), "no 'learned' record"),
+    (lambda d: d["base"][0].pop("tokens"), "a base record has no tokens"),
+    (lambda d: d.pop("adapted"), "not an adapt_eval.py output"),
+])
+def test_measurements_that_do_not_belong_together_are_refused(evals, tmp_path, capsys, change, match):
+    a, b = evals
+    bad = _edit(b, tmp_path / "bad.json", change)
+    _fails([str(a), str(bad), "--json", str(tmp_path / "r.json")], capsys, match)
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_bad_paths_are_one_line_and_exit_2_before_anything_is_written(evals, tmp_path, capsys):
+    a, b = evals
+    _fails([str(a), str(tmp_path / "missing.json")], capsys, "not found")
+    (tmp_path / "broken.json").write_text("{not json")
+    _fails([str(a), str(tmp_path / "broken.json")], capsys, "is not valid JSON")
+    _fails([str(a), str(b), "--json", str(tmp_path)], capsys, "is a directory")
+    _fails([str(a), str(b), "--md", str(tmp_path / "nowhere" / "r.md")], capsys, "does not exist")
+    _fails([str(a), str(b), "--policy", "h2o"], capsys, "no 'h2o' record (measured: learned)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "broken.json"]
