@@ -99,15 +99,14 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
             raise ForesightError(f"{name}: no {policy!r} record (measured: {measured})")
         recs[name] = found
     ma, mb = a["meta"], b["meta"]
-    same = [*SAME_SETTINGS, ("policy_kwargs", policy)] + ([("scorer",)] if policy == "learned" else [])
-    for key in same:
-        key = key if isinstance(key, tuple) else (key,)
-        va, vb = ma.get(key[0]), mb.get(key[0])
-        if len(key) > 1:
-            va, vb = (va or {}).get(key[1], {}), (vb or {}).get(key[1], {})
+    settings = {k: (ma.get(k), mb.get(k)) for k in SAME_SETTINGS}
+    settings[f"policy_kwargs.{policy}"] = tuple((m.get("policy_kwargs") or {}).get(policy, {}) for m in (ma, mb))
+    if policy == "learned":
+        settings["scorer"] = (ma.get("scorer"), mb.get("scorer"))
+    for key, (va, vb) in settings.items():
         if va != vb:
-            raise ForesightError(f"{a_name} and {b_name}: measured with different {'.'.join(key)} ({va!r} vs "
-                                 f"{vb!r}); a paired comparison needs the same model, traces and eviction")
+            raise ForesightError(f"{a_name} and {b_name}: measured with different {key} ({va!r} vs {vb!r}); a "
+                                 "paired comparison needs the same model, traces and eviction")
     (base_a, ad_a), (base_b, ad_b) = recs[a_name], recs[b_name]
     check_comparable(ma, base_a, mb, base_b, f"{a_name} (base)", f"{b_name} (base)")
     if not math.isclose(base_a["loss_ratio"], base_b["loss_ratio"], rel_tol=1e-4):

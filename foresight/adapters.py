@@ -120,6 +120,13 @@ def check_base(path: str | Path, model) -> None:
                            f"{getattr(model.config, '_name_or_path', '?')!r}; load it on its base model (--model)")
 
 
+def does_not_fit(path: str | Path, exc: BaseException, key: str = "adapter") -> AdapterError:
+    """The one-line error for adapter weights that peft or torch could not load into the model (``key`` names the
+    option that gave the directory)."""
+    msg = " ".join(str(exc).split())
+    return AdapterError(f"{key} {path} does not fit this model ({type(exc).__name__}: {msg[:300]})")
+
+
 def attach_adapter(model, path: str | Path, merge: bool = True):
     """``model`` with the peft adapter at ``path``: merged into its weights (default) or as a trainable
     :class:`peft.PeftModel` (``merge=False``). The adapter's identity goes into ``model.config.foresight_adapter``.
@@ -136,8 +143,7 @@ def attach_adapter(model, path: str | Path, merge: bool = True):
         try:
             peft_model = PeftModel.from_pretrained(model, str(path), is_trainable=not merge)
         except (ValueError, RuntimeError, KeyError, TypeError, OSError) as exc:
-            msg = " ".join(str(exc).split())
-            raise AdapterError(f"adapter {path} does not fit this model ({type(exc).__name__}: {msg[:300]})") from None
+            raise does_not_fit(path, exc) from None
         model.config.foresight_adapter = identity
         if not merge:
             return peft_model
@@ -155,4 +161,4 @@ def quiet_peft():
 
 
 __all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "AdapterError", "TRAINING_META", "adapter_identity",
-           "attach_adapter", "check_base", "quiet_peft", "read_adapter_config", "read_training_meta"]
+           "attach_adapter", "check_base", "does_not_fit", "quiet_peft", "read_adapter_config", "read_training_meta"]

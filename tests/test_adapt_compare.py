@@ -3,7 +3,6 @@ measurements of other traces, eviction or model refused in one line with exit 2,
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import json
 from pathlib import Path

@@ -37,7 +37,8 @@ import torch
 
 from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory
-from foresight.adapters import ADAPTER_WEIGHTS, AdapterError, TRAINING_META, check_base, quiet_peft
+from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, check_base, does_not_fit,
+                                quiet_peft)
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
@@ -125,9 +126,7 @@ class AdaptTask:
             weights = load_file(str(path / ADAPTER_WEIGHTS))
             result = set_peft_model_state_dict(self.peft_model, weights)
         except (RuntimeError, ValueError, OSError) as exc:
-            msg = " ".join(str(exc).split())
-            raise AdapterError(f"init_adapter {path} does not fit this model ({type(exc).__name__}: {msg[:300]})") \
-                from None
+            raise does_not_fit(path, exc, "init_adapter") from None
         missing = [k for k in result.missing_keys if "lora_" in k]
         if missing or result.unexpected_keys:
             raise AdapterError(f"init_adapter {path} does not fit this model: "

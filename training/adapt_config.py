@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar
 
-from foresight.adapters import AdapterError, read_adapter_config
+from foresight.adapters import AdapterError, adapter_identity
 from foresight.config import ConfigError, check_adapter
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
@@ -105,12 +105,11 @@ class AdaptConfig(TrainerConfig):
             return
         try:
             check_adapter(self.init_adapter, "init_adapter")
-            got = read_adapter_config(self.init_adapter)
+            got = adapter_identity(self.init_adapter)  # the shape as the model fingerprint records it
         except AdapterError as exc:
             raise ConfigError(f"init_adapter: {exc}") from None
-        have = {"peft_type": got.get("peft_type"), "lora_r": got.get("r"), "lora_alpha": got.get("lora_alpha"),
-                "target_modules": sorted(got["target_modules"]) if isinstance(got.get("target_modules"), list)
-                else got.get("target_modules")}
+        have = {"peft_type": got["peft_type"], "lora_r": got["r"], "lora_alpha": got["lora_alpha"],
+                "target_modules": got["target_modules"]}
         want = {"peft_type": "LORA", "lora_r": self.lora_r, "lora_alpha": self.lora_alpha,
                 "target_modules": sorted(self.target_modules)}
         diff = [f"{k}={have[k]!r} (config: {want[k]!r})" for k in want if have[k] != want[k]]
