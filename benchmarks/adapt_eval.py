@@ -11,7 +11,10 @@ to the base's. Writes ``adapt_eval.json`` and ``adapt_eval.md`` under ``--out``.
 
 The adapter must have been trained by `foresight train adapt` on this model (its ``foresight_adapter.json``); with
 ``learned`` in play, ``--scorer`` must be the very scorer it was trained under (weights SHA-256), unless
-``--other-scorer`` says a different one is meant (a transfer measurement).
+``--other-scorer`` says a different one is meant (a transfer measurement). ``--adapted-scorer`` evicts the adapted
+side with a scorer trained *for the adapted model* (``foresight train sl adapter=<the adapter>``: DESIGN.md section
+4b, the scorer alternated with the adapter), so the comparison is system against system: base model with its
+scorer vs adapted model with its own. That scorer's fingerprint must carry this very adapter.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--scorer", default=None, help="scorer of `learned` (dir or shipped name)")
     p.add_argument("--other-scorer", action="store_true",
                    help="allow a scorer other than the one the adapter was trained under")
+    p.add_argument("--adapted-scorer", default=None,
+                   help="scorer of `learned` on the adapted side: one trained for the adapted model "
+                        "(`foresight train sl adapter=...`); default: --scorer on both sides")
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--interval", type=int, required=True)
     p.add_argument("--sinks", type=int, default=0)
@@ -69,6 +75,10 @@ def _check_inputs(args, policies: list[str]) -> dict:
         if meta.get("scorer_sha256") not in (None, sha) and not args.other_scorer:
             raise ForesightError(f"--scorer {args.scorer} is not the scorer the adapter was trained under "
                                  f"({meta.get('scorer')}); pass --other-scorer to measure a transfer")
+        if args.adapted_scorer:
+            resolve_scorer(args.adapted_scorer)  # present and readable; its model is checked once the adapter is on
+    elif args.adapted_scorer:
+        raise ForesightError("--adapted-scorer: only the learned policy uses a scorer; add learned to --policies")
     if (meta.get("budget"), meta.get("interval")) != (args.budget, args.interval):
         print(f"note: the adapter was trained at B={meta.get('budget')} W={meta.get('interval')}, evaluated at "
               f"B={args.budget} W={args.interval}", flush=True)
@@ -78,7 +88,11 @@ def _check_inputs(args, policies: list[str]) -> dict:
 def _table(metrics: dict, policies: list[str], meta: dict, n: int, args) -> str:
     lines = [f"Adapter {args.adapter} (trained under {meta.get('policy')} at B={meta.get('budget')} "
              f"W={meta.get('interval')}), evaluated at B={args.budget} W={args.interval} on {n} traces of "
-             f"{args.traces}.", "",
+             f"{args.traces}.", ""]
+    if args.adapted_scorer:
+        lines += [f"`learned` evicts the base model with {args.scorer} and the adapted model with its own scorer "
+                  f"{args.adapted_scorer}.", ""]
+    lines += [
              "| policy | loss ratio, base | loss ratio, adapted | adapted - base, per trace [95% CI] |",
              "|---|---:|---:|---:|"]
     for p in policies:
@@ -115,12 +129,20 @@ def main(argv=None) -> int:
     # The adapter was trained with the base model's identity in its replay (its scorer is the base's): present it
     # the same way here; the adapter's own identity is recorded in the output instead.
     adapter_identity = lm.config.foresight_adapter
+    # A scorer trained for the adapted model (--adapted-scorer) is checked against, and replayed with, its identity.
+    adapted_factory, adapted_identity = factory, None
+    if args.adapted_scorer:
+        adapted_identity = adapter_identity
+        adapted_factory = make_factory(model=lm, scorer=args.adapted_scorer, interval=args.interval,
+                                       policy_kwargs=kwargs)
+        adapted_factory("learned", args.budget)
     lm.config.foresight_adapter = None
     peft_model.eval()
     with peft_model.disable_adapter():
         base_recs = fidelity_by_policy(lm, rows, policies, args.budget, args.interval, args.sinks, factory,
                                        batch_size=args.batch_size, progress=True)
-    adapted = fidelity_by_policy(lm, rows, policies, args.budget, args.interval, args.sinks, factory,
+    lm.config.foresight_adapter = adapted_identity
+    adapted = fidelity_by_policy(lm, rows, policies, args.budget, args.interval, args.sinks, adapted_factory,
                                  batch_size=args.batch_size, progress=True)
     metrics = compare_adapted(base_recs, adapted, seed=args.seed)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +150,9 @@ def main(argv=None) -> int:
                        "adapter_training": {k: meta.get(k) for k in ("policy", "budget", "interval", "scorer",
                                                                       "scorer_sha256")},
                        "traces": str(args.traces), "num_traces": len(rows), "policies": policies,
-                       "scorer": args.scorer, "budget": args.budget, "interval": args.interval,
+                       "scorer": args.scorer, "adapted_scorer": args.adapted_scorer,
+                       "adapted_scorer_sha256": file_sha256(resolve_scorer(args.adapted_scorer) / WEIGHTS_NAME)
+                       if args.adapted_scorer else None, "budget": args.budget, "interval": args.interval,
                        "sinks": args.sinks, "policy_kwargs": kwargs, "minutes": round((time.time() - t0) / 60, 1)},
               "metrics": metrics, "base": list(base_recs.values()), "adapted": list(adapted.values())}
     (out / "adapt_eval.json").write_text(json.dumps(result, indent=2, default=str))

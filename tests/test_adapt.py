@@ -441,6 +441,52 @@ def test_adapt_eval_script_reproduces_the_trainers_heldout_evaluation_and_refuse
     assert not (tmp_path / "bad").exists()  # refused before writing anything
 
 
+def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_against_system(data, tmp_path, capsys):
+    """--adapted-scorer (DESIGN 4b, scorer alternated with the adapter): the adapted side evicts with a scorer whose
+    fingerprint carries the adapter, and its record equals `eval fidelity` of the merged adapted model with that
+    scorer, computed independently; the base side is untouched. A scorer of the base model, or the option without
+    `learned`, is one line and exit 2 before anything is written."""
+    import importlib.util
+
+    from training.adapt import run_adapt
+
+    model = foresight.load_model("tiny-llama", device="cpu")[0]
+    held = save_random_traces(model, tmp_path / "held", [44, 50], seed=5, prompt_len=8, prefix="q")
+    run_adapt(_cfg(data, tmp_path / "run", steps=3, policy="learned", heldout_traces=str(tmp_path / "held")),
+              model=model)
+    adapter = tmp_path / "run" / "adapter"
+    merged, _ = foresight.load_model("tiny-llama", device="cpu", adapter=str(adapter))
+    own = tmp_path / "own_scorer"
+    Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=B, interval=W, hidden=8), seed=2) \
+        .save_pretrained(own)
+    spec = importlib.util.spec_from_file_location("adapt_eval", REPO / "benchmarks" / "adapt_eval.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = ["--model", "tiny-llama", "--adapter", str(adapter), "--traces", str(tmp_path / "held"),
+            "--policies", "learned", "--scorer", str(data["scorer"]), "--budget", str(B), "--interval", str(W),
+            "--batch-size", "1"]
+    assert mod.main([*args, "--out", str(tmp_path / "same")]) == 0
+    assert mod.main([*args, "--adapted-scorer", str(own), "--out", str(tmp_path / "own")]) == 0
+    same = json.loads((tmp_path / "same" / "adapt_eval.json").read_text())
+    got = json.loads((tmp_path / "own" / "adapt_eval.json").read_text())
+    assert got["meta"]["adapted_scorer"] == str(own) and got["meta"]["adapted_scorer_sha256"]
+    assert got["base"] == same["base"]  # the base model still evicts with --scorer
+    ids, seqs = list(held["trace_id"]), [list(map(int, x)) for x in held["input_ids"]]
+    rec, = evaluate_fidelity(merged, seqs, ["learned"], [B], W, trace_ids=ids,
+                             policy_factory=make_factory(model=merged, scorer=str(own), interval=W))
+    adapted, = got["adapted"]
+    assert adapted["loss_ratio"] == pytest.approx(rec["loss_ratio"], rel=1e-4)
+    assert adapted["loss_ratio"] != pytest.approx(same["adapted"][0]["loss_ratio"], rel=1e-6)  # another scorer
+    assert "its own scorer" in (tmp_path / "own" / "adapt_eval.md").read_text()
+    for bad, match in ((["--adapted-scorer", str(data["scorer"])], "made with another model"),
+                       (["--adapted-scorer", str(own), "--policies", "h2o"], "only the learned policy")):
+        argv = [*args, *bad, "--out", str(tmp_path / "bad")]
+        with pytest.raises(SystemExit) as exc:
+            mod.run_script(lambda: mod.main(argv), "adapt_eval")
+        assert exc.value.code == 2 and match in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def test_adapt_runs_script_pairs_two_real_runs_by_step_and_refuses_another_data_order(data, tmp_path, capsys):
     """benchmarks/adapt_runs.py on two real runs that differ only in learning rate: every logged window's teacher
     CE agrees (same traces), the losses differ from step 2 on; a run with another seed is refused."""
