@@ -87,9 +87,11 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
     The measurements must share the model, traces and eviction: the settings in ``SAME_SETTINGS`` and the policy's
     hyperparameters and scorer must agree, and their *base* records (adapter disabled: the same model, traces and
     policy give the same replay) must have the same scored tokens, full-cache CE and pooled loss ratio; anything
-    else raises :class:`ForesightError` naming what differs. Returns each adapter's pooled numbers
-    (:func:`_summary`), the paired per-trace difference with a bootstrap 95% interval and how many traces ``a`` is
-    lower on.
+    else raises :class:`ForesightError` naming what differs. The scorer that must agree is the base side's; an
+    adapted side may evict with a scorer trained for its adapted model (``adapt_eval.py --adapted-scorer``), and
+    the result names each side's (``a_adapted_scorer``, ``b_adapted_scorer``). Returns each adapter's pooled
+    numbers (:func:`_summary`), the paired per-trace difference with a bootstrap 95% interval and how many traces
+    ``a`` is lower on.
     """
     recs = {}
     for name, data in ((a_name, a), (b_name, b)):
@@ -116,7 +118,9 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
     ra, rb = ad_a["per_trace_ratio"], ad_b["per_trace_ratio"]
     return {"a": a_name, "b": b_name, "policy": policy, "budget": ma.get("budget"), "interval": ma.get("interval"),
             "a_summary": _summary(base_a, ad_a), "b_summary": _summary(base_b, ad_b), "paired": diff,
-            "a_lower": sum(ra[t] < rb[t] for t in ra)}
+            "a_lower": sum(ra[t] < rb[t] for t in ra),
+            **({f"{side}_adapted_scorer": m.get("adapted_scorer") or m.get("scorer") for side, m in (("a", ma), ("b", mb))}
+               if policy == "learned" else {})}
 
 
 __all__ = ["SAME_SETTINGS", "compare_adapted", "compare_adapters", "fidelity_by_policy", "gap_removed"]

@@ -27,9 +27,9 @@ def _record(ratios, ce_full, loss_ratio):
             "tokens": 600, "per_trace_ratio": dict(zip(IDS, ratios))}
 
 
-def _eval(path: Path, adapted, ce_full_adapted, loss_ratio_adapted) -> Path:
+def _eval(path: Path, adapted, ce_full_adapted, loss_ratio_adapted, **meta_extra) -> Path:
     meta = {"model": "tiny-llama", "budget": 8, "interval": 2, "sinks": 0, "num_traces": len(IDS),
-            "policies": ["learned"], "policy_kwargs": {"learned": {}}, "scorer": "s"}
+            "policies": ["learned"], "policy_kwargs": {"learned": {}}, "scorer": "s", **meta_extra}
     data = {"meta": meta, "base": [_record(BASE, 2.0, 1.2)],
             "adapted": [_record(adapted, ce_full_adapted, loss_ratio_adapted)]}
     path.write_text(json.dumps(data))
@@ -61,6 +61,17 @@ def test_paired_difference_and_summaries_match_a_hand_computation(evals, tmp_pat
     assert sa["gap_removed_vs_base_full_cache"] == pytest.approx(1 - (1.09 * 1.01 - 1) / 0.2)
     assert "A lower on 5 of 6 traces" in capsys.readouterr().out
     assert (tmp_path / "r.md").read_text().startswith(f"A = {a}")
+    assert res["a_adapted_scorer"] == res["b_adapted_scorer"] == "s"
+    assert "different scorers" not in (tmp_path / "r.md").read_text()
+
+
+def test_an_adapted_side_with_its_own_scorer_is_named(evals, tmp_path, capsys):
+    """adapt_eval.py --adapted-scorer: the base sides share the scorer (checked), the adapted side's own is named."""
+    a = _eval(tmp_path / "own.json", [1.10, 1.05, 1.12, 1.00, 1.20, 1.08], 2.02, 1.09, adapted_scorer="own")
+    assert _mod().main([str(a), str(evals[1]), "--json", str(tmp_path / "r.json")]) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert (res["a_adapted_scorer"], res["b_adapted_scorer"]) == ("own", "s")
+    assert "A with own, B with s" in capsys.readouterr().out
 
 
 def _fails(argv, capsys, match):
