@@ -119,8 +119,8 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
     return {"a": a_name, "b": b_name, "policy": policy, "budget": ma.get("budget"), "interval": ma.get("interval"),
             "a_summary": _summary(base_a, ad_a), "b_summary": _summary(base_b, ad_b), "paired": diff,
             "a_lower": sum(ra[t] < rb[t] for t in ra),
-            **({f"{side}_adapted_scorer": m.get("adapted_scorer") or m.get("scorer") for side, m in (("a", ma), ("b", mb))}
-               if policy == "learned" else {})}
+            **({f"{side}_adapted_scorer": m.get("adapted_scorer") or m.get("scorer")
+                for side, m in (("a", ma), ("b", mb))} if policy == "learned" else {})}
 
 
 __all__ = ["SAME_SETTINGS", "compare_adapted", "compare_adapters", "fidelity_by_policy", "gap_removed"]
