@@ -50,8 +50,8 @@ def markdown(res: dict) -> str:
     for side in ("a", "b"):
         s = res[f"{side}_summary"]
         lines.append(f"| {side.upper()} | {s['loss_ratio_base']:.4f} | {s['loss_ratio_adapted']:.4f} | "
-                     f"{100 * s['gap_removed']:.0f}% | x{s['full_ce_ratio']:.4f} | {s['vs_base_full_cache']:.4f} "
-                     f"({100 * s['gap_removed_vs_base_full_cache']:.0f}%) |")
+                     f"{100 * s['gap_removed']:.1f}% | x{s['full_ce_ratio']:.4f} | {s['vs_base_full_cache']:.4f} "
+                     f"({100 * s['gap_removed_vs_base_full_cache']:.1f}%) |")
     if res.get("a_adapted_scorer") != res.get("b_adapted_scorer"):
         lines += ["", f"The adapted models evict with different scorers: A with {res['a_adapted_scorer']}, "
                       f"B with {res['b_adapted_scorer']} (the base models both with the same one)."]

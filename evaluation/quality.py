@@ -150,9 +150,10 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
             v = st["vs_best_heuristic"]
             prev = st.get("vs_previous_stage")
             prev_s = f"{prev['mean']:+.4f} [{prev['ci_low']:+.4f}, {prev['ci_high']:+.4f}]" if prev else "-"
-            g = st.get("gap_closed_per_trace")  # absent in summaries written before it existed
-            gap_s = f"{g['share']:.0%} [{g['ci_low']:.0%}, {g['ci_high']:.0%}]" if g else "-"
-            out.append(f"| {st['stage']} | {st['gap_closed']:.0%} | {gap_s} | {v['mean']:+.4f} [{v['ci_low']:+.4f}, "
+            g = st.get("gap_closed_per_trace")  # absent in summaries written before it existed; one decimal so that
+            # a share near a target (60%) is never rounded across it
+            gap_s = f"{g['share']:.1%} [{g['ci_low']:.1%}, {g['ci_high']:.1%}]" if g else "-"
+            out.append(f"| {st['stage']} | {st['gap_closed']:.1%} | {gap_s} | {v['mean']:+.4f} [{v['ci_low']:+.4f}, "
                        f"{v['ci_high']:+.4f}] | {prev_s} |")
         out.append("")
     return "\n".join(out)

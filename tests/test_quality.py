@@ -192,7 +192,7 @@ def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, cap
     new = json.loads(path.read_text())
     assert new["records"] == recs and new["meta"] == {"model": "m"}
     assert math.isclose(new["summaries"][0]["stages"][0]["gap_closed_per_trace"]["share"], 1 / 3)
-    assert "33% [" in (tmp_path / "quality.md").read_text()
+    assert "33.3% [" in (tmp_path / "quality.md").read_text()
     path.write_text(json.dumps({"meta": {}, "records": recs}))
     with pytest.raises(ForesightError, match="not a quality.json"):
         summarise.main([str(path)])
