@@ -92,9 +92,8 @@ def _table(metrics: dict, policies: list[str], meta: dict, n: int, args) -> str:
     if args.adapted_scorer:
         lines += [f"`learned` evicts the base model with {args.scorer} and the adapted model with its own scorer "
                   f"{args.adapted_scorer}.", ""]
-    lines += [
-             "| policy | loss ratio, base | loss ratio, adapted | adapted - base, per trace [95% CI] |",
-             "|---|---:|---:|---:|"]
+    lines += ["| policy | loss ratio, base | loss ratio, adapted | adapted - base, per trace [95% CI] |",
+              "|---|---:|---:|---:|"]
     for p in policies:
         lines.append(f"| {p} | {metrics[f'{p}_loss_ratio_base']:.4f} | {metrics[f'{p}_loss_ratio_adapted']:.4f} | "
                      f"{metrics[f'{p}_vs_base_mean']:+.4f} [{metrics[f'{p}_vs_base_ci_low']:+.4f}, "
