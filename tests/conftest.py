@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -12,6 +15,15 @@ torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
 TINY = ["tiny-llama", "tiny-qwen3"]
 _CACHE: dict[str, tuple] = {}
+
+
+def load_script(path: str, name: str | None = None) -> ModuleType:
+    """``benchmarks/<path>`` (a script, not a package module) imported as a module named ``name``."""
+    spec = importlib.util.spec_from_file_location(name or Path(path).stem,
+                                                  Path(__file__).resolve().parents[1] / "benchmarks" / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def get_model(name: str):

@@ -17,7 +17,7 @@ import foresight
 from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
 from foresight.scorer import Scorer, ScorerConfig
-from tests.conftest import save_random_traces
+from tests.conftest import load_script, save_random_traces
 from training.adapt_student import EvictedStudent, distillation_loss
 
 B, W = 16, 4
@@ -407,17 +407,13 @@ def test_adapt_eval_script_reproduces_the_trainers_heldout_evaluation_and_refuse
     """benchmarks/adapt_eval.py (the SmolLM2 measurement) runs the trainer's own comparison on a saved adapter: the
     same numbers as the trainer's final held-out evaluation; a scorer the adapter was not trained under, or a
     non-evicting policy, is one line and exit 2 before any replay."""
-    import importlib.util
-
     from training.adapt import run_adapt
 
     model = foresight.load_model("tiny-llama", device="cpu")[0]
     save_random_traces(model, tmp_path / "held", [44, 50], seed=5, prompt_len=8, prefix="q")
     out = run_adapt(_cfg(data, tmp_path / "run", steps=3, policy="learned", eval_policies=["h2o"],
                          heldout_traces=str(tmp_path / "held")), model=model)
-    spec = importlib.util.spec_from_file_location("adapt_eval", REPO / "benchmarks" / "adapt_eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("adapt_eval.py")
     args = ["--model", "tiny-llama", "--adapter", str(tmp_path / "run" / "adapter"), "--traces",
             str(tmp_path / "held"), "--policies", "learned,h2o", "--scorer", str(data["scorer"]), "--budget", str(B),
             "--interval", str(W), "--batch-size", "1", "--out", str(tmp_path / "eval")]
@@ -446,8 +442,6 @@ def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_agains
     fingerprint carries the adapter, and its record equals `eval fidelity` of the merged adapted model with that
     scorer, computed independently; the base side is untouched. A scorer of the base model, or the option without
     `learned`, is one line and exit 2 before anything is written."""
-    import importlib.util
-
     from training.adapt import run_adapt
 
     model = foresight.load_model("tiny-llama", device="cpu")[0]
@@ -459,9 +453,7 @@ def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_agains
     own = tmp_path / "own_scorer"
     Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=B, interval=W, hidden=8), seed=2) \
         .save_pretrained(own)
-    spec = importlib.util.spec_from_file_location("adapt_eval", REPO / "benchmarks" / "adapt_eval.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("adapt_eval.py")
     args = ["--model", "tiny-llama", "--adapter", str(adapter), "--traces", str(tmp_path / "held"),
             "--policies", "learned", "--scorer", str(data["scorer"]), "--budget", str(B), "--interval", str(W),
             "--batch-size", "1"]
@@ -490,13 +482,9 @@ def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_agains
 def test_adapt_runs_script_pairs_two_real_runs_by_step_and_refuses_another_data_order(data, tmp_path, capsys):
     """benchmarks/adapt_runs.py on two real runs that differ only in learning rate: every logged window's teacher
     CE agrees (same traces), the losses differ from step 2 on; a run with another seed is refused."""
-    import importlib.util
-
     from training.adapt import run_adapt
 
-    spec = importlib.util.spec_from_file_location("adapt_runs", REPO / "benchmarks" / "adapt_runs.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("adapt_runs.py")
     for name, kw in (("fast", {}), ("slow", {"lr": 1e-3}), ("seed1", {"seed": 1})):
         model = foresight.load_model("tiny-llama", device="cpu")[0]  # adapt refuses a model with LoRA layers
         run_adapt(_cfg(data, tmp_path / name, steps=3, policy="h2o", **kw), model=model)

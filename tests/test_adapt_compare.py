@@ -3,23 +3,20 @@ measurements of other traces, eviction or model refused in one line with exit 2,
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
+
 IDS = [f"p{i}#0" for i in range(6)]
 BASE = [1.30, 1.10, 1.25, 1.05, 1.40, 1.20]
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("adapt_compare", REPO / "benchmarks" / "adapt_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("adapt_compare.py")
 
 
 def _record(ratios, ce_full, loss_ratio):

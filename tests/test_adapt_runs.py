@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("adapt_runs", REPO / "benchmarks" / "adapt_runs.py")
-ar = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ar)
+from tests.conftest import load_script
+
+ar = load_script("adapt_runs.py")
 
 CONFIG = {"model": "tiny-llama", "dtype": None, "traces": "runs/traces", "seed": 0, "split_seed": 0, "heldout": 2,
           "max_traces": 0, "micro_batch": 1, "policy": "learned", "policy_kwargs": {}, "scorer": "s", "budget": 8,

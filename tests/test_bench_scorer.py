@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import foresight
 from foresight.scorer import Scorer, ScorerConfig
-from tests.conftest import get_model
+from tests.conftest import get_model, load_script
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "benchmarks" / "bench_scorer.py"
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("bench_scorer", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_scorer.py")
 
 
 def test_copies_the_architecture_at_the_new_setting(tmp_path):

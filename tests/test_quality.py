@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -17,16 +16,12 @@ from foresight.errors import ForesightError
 from foresight.scorer import Scorer, ScorerConfig
 from golden.labels import save_labels
 from golden.oracle import label_trace
-from tests.conftest import get_model, save_random_traces
+from tests.conftest import load_script, get_model, save_random_traces
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _run_module(name: str = "run"):
-    spec = importlib.util.spec_from_file_location(f"quality_{name}", REPO / "benchmarks" / "quality" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"quality/{name}.py", f"quality_{name}")
 
 
 def _rec(policy, ratios: dict[str, float], pooled: float | None = None) -> dict:
