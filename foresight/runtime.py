@@ -5,8 +5,8 @@ The cache owns the eviction rule (when and what to evict, see :mod:`foresight.sc
 tokens. :func:`forward_logits` is the one forward both callers use:
 
 * :func:`replay` (here) feeds a fixed sequence in the pieces of :func:`~foresight.schedule.replay_schedule` (at
-  most ``W`` tokens, never straddling an event) and records per-token cross-entropy and entropy. With ``chunk=1``
-  it is token-by-token decoding;
+  most ``W`` tokens, never straddling an event; :data:`FULL_PIECE` tokens for a policy that neither evicts nor
+  observes) and records per-token cross-entropy and entropy. With ``chunk=1`` it is token-by-token decoding;
 * :func:`foresight.generation.generate` prefills a prompt in one call (the cache cuts it at the event points)
   and decodes token by token; generation and replay of the same tokens evict at the same points.
 """
@@ -66,6 +66,12 @@ class ReplayResult:
 
 LogitsHook = Callable[[int, int, torch.Tensor], None]
 
+#: Default piece of a replay whose policy neither evicts nor observes (``full``): nothing happens between pieces,
+#: so they only bound the memory of one piece's logits (batch x piece x vocabulary), and pieces of ``W`` tokens
+#: would re-read every weight once per ``W`` tokens (a 2.8x slower full-cache reference on SmolLM2 at W=16 on
+#: this CPU, ``benchmarks/bench_replay.py``). The logits agree with ``W``-token pieces to float rounding.
+FULL_PIECE = 512
+
 
 def _autograd(grad: bool):
     """Inference mode, or (``grad``) autograd on even under a caller's ``no_grad`` / ``inference_mode``."""
@@ -95,9 +101,10 @@ def replay(
 ) -> ReplayResult:
     """Teacher-forced replay of fixed token sequences under an eviction policy.
 
-    Feeds the sequences in pieces of at most ``chunk`` (default ``W``) tokens; each piece attends to the evicted
-    cache plus itself causally, and the cache is evicted after every piece that reaches an event (see
-    :func:`replay_schedule`). With ``chunk=1`` this is token-by-token decoding, and the results agree.
+    Feeds the sequences in pieces of at most ``chunk`` (default ``W``; :data:`FULL_PIECE` when the policy neither
+    evicts nor observes) tokens; each piece attends to the evicted cache plus itself causally, and the cache is
+    evicted after every piece that reaches an event (see :func:`replay_schedule`). With ``chunk=1`` this is
+    token-by-token decoding, and the results agree.
 
     Parameters
     ----------
@@ -134,6 +141,8 @@ def replay(
                           token_ids=[ids[b, : lengths[b]] for b in range(batch)], **meta)
     ce = torch.full((batch, max(n - 1, 0)), float("nan"))
     ent = torch.full_like(ce, float("nan"))
+    if chunk is None and not policy.evicts and not policy.observes:
+        chunk = FULL_PIECE
     pieces = cache.pieces(n, chunk)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
     with _autograd(grad):
@@ -173,6 +182,7 @@ def full_forward_ce(model, ids: torch.Tensor) -> torch.Tensor:
 
 __all__ = [  # CacheConfig, replay_schedule and the model checks are re-exported for callers of the engine
     "CacheConfig",
+    "FULL_PIECE",
     "ReplayResult",
     "SUPPORTED_MODEL_TYPES",
     "UnsupportedModelError",

@@ -152,6 +152,26 @@ def test_replay_full_matches_one_forward(tiny):
     assert torch.isfinite(rep.entropy).all() and (rep.entropy >= 0).all()
 
 
+def test_full_replay_uses_full_pieces_and_agrees_with_w_pieces(tiny_llama, monkeypatch):
+    """A policy that neither evicts nor observes is fed in FULL_PIECE pieces (ragged rows, padding inside a
+    piece), with the CE of W-token pieces; an evicting policy keeps pieces of at most W."""
+    import foresight.runtime as runtime
+
+    model, _ = tiny_llama
+    monkeypatch.setattr(runtime, "FULL_PIECE", 64)
+    g = torch.Generator().manual_seed(5)
+    seqs = [torch.randint(0, 250, (150,), generator=g).tolist(), torch.randint(0, 250, (97,), generator=g).tolist()]
+    seen: dict[str, list] = {"full": [], "streaming_llm": []}
+    big = foresight.replay(model, seqs, "full", interval=16, on_logits=lambda s, e, _: seen["full"].append((s, e)))
+    small = foresight.replay(model, seqs, "full", interval=16, chunk=16)
+    assert seen["full"] == [(0, 64), (64, 128), (128, 150)]
+    torch.testing.assert_close(big.ce, small.ce, atol=1e-4, rtol=1e-4, equal_nan=True)
+    assert torch.isnan(big.ce[1, 96:]).all() and torch.isfinite(big.ce[1, :96]).all()
+    foresight.replay(model, seqs, "streaming_llm", budget=40, interval=16,
+                     on_logits=lambda s, e, _: seen["streaming_llm"].append((s, e)))
+    assert max(e - s for s, e in seen["streaming_llm"]) == 16
+
+
 @pytest.mark.parametrize("policy", ["streaming_llm", "random"])
 def test_chunked_replay_equals_token_by_token(tiny, policy):
     model, _ = tiny
