@@ -19,31 +19,41 @@ import time
 import torch
 
 import foresight
+from foresight.config import positive_int
+from foresight.errors import ForesightError, run_script
 from foresight.runtime import FULL_PIECE
 from golden.traces import load_traces
 
 
-def _sequences(args, vocab: int) -> list[list[int]]:
+def _traces(args) -> list[list[int]] | None:
+    """The first ``--limit`` traces of ``--traces`` (None without it), read before the model is loaded."""
     if args.traces:
         rows = sorted(load_traces(args.traces), key=lambda r: r["trace_id"])[: args.limit]
+        if not rows:
+            raise ForesightError(f"--traces {args.traces}: no finished trace")
         return [list(map(int, r["input_ids"])) for r in rows]
+    return None
+
+
+def _random(args, vocab: int) -> list[list[int]]:
     gen = torch.Generator().manual_seed(0)
     return [torch.randint(vocab, (args.length,), generator=gen).tolist() for _ in range(args.limit)]
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--traces", default=None, help="a `foresight trace` directory (default: random tokens)")
-    ap.add_argument("--limit", type=int, default=4, help="traces (or random sequences) replayed")
-    ap.add_argument("--length", type=int, default=512, help="length of the random sequences")
-    ap.add_argument("--interval", type=int, default=16, help="W: the piece the reference used before")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--limit", type=positive_int, default=4, help="traces (or random sequences) replayed")
+    ap.add_argument("--length", type=positive_int, default=512, help="length of the random sequences")
+    ap.add_argument("--interval", type=positive_int, default=16, help="W: the piece the reference used before")
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
 
+    seqs = _traces(args)
     model, _ = foresight.load_model(args.model)
-    seqs = _sequences(args, model.config.vocab_size)
+    seqs = seqs or _random(args, model.config.vocab_size)
     sides = {f"W={args.interval} pieces": args.interval, f"FULL_PIECE={FULL_PIECE}": None}
     times: dict[str, list[float]] = {k: [] for k in sides}
     ce: dict[str, list[torch.Tensor]] = {}
@@ -63,7 +73,8 @@ def main() -> None:
             json.dump({"model": args.model, "sequences": len(seqs), "tokens": tokens, "interval": args.interval,
                        "full_piece": FULL_PIECE, "seconds": {a: ta, b: tb}, "ratio": ta / tb,
                        "max_ce_difference": diff, "torch_threads": torch.get_num_threads()}, fh, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_replay")
