@@ -77,9 +77,9 @@ class EvictedStudent(torch.nn.Module):
         anchor term); while autograd is enabled (training, not under ``no_grad``) ``on_logits`` receives each
         piece's logits with their graph."""
         grad = torch.is_grad_enabled()
-        if full:  # nothing is evicted: one piece (one forward and backward) instead of N/W
-            return replay(self.lm, [sequence], "full", None, self.interval, sinks=self.sinks, chunk=len(sequence),
-                          on_logits=on_logits, grad=grad)
+        if full:  # nothing is evicted: pieces of FULL_PIECE tokens (one forward and backward each) instead of W
+            return replay(self.lm, [sequence], "full", None, self.interval, sinks=self.sinks, on_logits=on_logits,
+                          grad=grad)
         return replay(self.lm, [sequence], self.policy, self.budget, self.interval, sinks=self.sinks,
                       on_logits=on_logits, grad=grad, truncate_backprop=grad and self.truncate_backprop)
 
@@ -91,10 +91,11 @@ class EvictedStudent(torch.nn.Module):
 def teacher_log_probs(peft_model, lm, sequence: list[int], first: int, interval: int,
                       sinks: int = 0) -> tuple[ReferenceLogProbs, torch.Tensor]:
     """The full-cache log-probs of the LM with its adapter disabled at positions ``>= first`` (one trace), and
-    its per-position CE (N-1,). The full cache evicts nothing, so the sequence is fed in one piece."""
+    its per-position CE (N-1,). The full cache evicts nothing, so the sequence is fed in pieces of
+    :data:`foresight.runtime.FULL_PIECE` tokens, as ``eval fidelity`` feeds its reference."""
     ref = ReferenceLogProbs(first, len(sequence), torch.float32)
     with peft_model.disable_adapter():
-        res = replay(lm, [sequence], "full", None, interval, sinks=sinks, chunk=len(sequence), on_logits=ref)
+        res = replay(lm, [sequence], "full", None, interval, sinks=sinks, on_logits=ref)
     return ref, res.ce[0]
 
 
