@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from evaluation.fidelity_journal import FidelityJournal, tokens_digest, weights_digest
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
@@ -161,6 +163,7 @@ def evaluate_fidelity(
     ref_dtype: torch.dtype = torch.float32,
     progress: bool = False,
     on_skip: Callable[[str, int, str], None] | None = None,
+    journal: str | Path | None = None,
 ) -> list[dict]:
     """Replay ``sequences`` under every policy and budget and compare with the full cache.
 
@@ -183,6 +186,11 @@ def evaluate_fidelity(
         Traces replayed together (and whose reference log-probs are held in memory together).
     ref_dtype
         Storage dtype of the reference log-probs (fp32 default; bf16/fp16 halve the memory).
+    journal
+        A JSON-lines file (:mod:`evaluation.fidelity_journal`) that every finished batch is appended to: rerun
+        after a crash with the same file and the same inputs, the evaluation resumes where it stopped and returns
+        what an uninterrupted run returns; a journal of other inputs is refused. The caller deletes it once the
+        results are written.
 
     Returns
     -------
@@ -229,13 +237,23 @@ def evaluate_fidelity(
             check(all_ids, [list(map(int, s)) for s in sequences], fp)
     acc = {(name, b): _Accumulator() for name, b, _ in plan}
     lo = budgets[0] + interval
+    jr = None
+    if journal is not None:
+        jr = FidelityJournal(journal, {
+            "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
+            "batch_size": batch_size, "ref_dtype": str(ref_dtype),
+            "plan": [[name, b, _jsonable(pol.config()), weights_digest(pol)] for name, b, pol in plan]})
     device = model.device
     pad = 0
 
     outer = tqdm(total=len(sequences), desc="fidelity", disable=not progress)
     for s0, s1 in _batches(len(sequences), batch_size):
+        if jr is not None and s0 in jr.done:  # finished before a crash: the same sums, in the same order
+            _add_batch(acc, jr.done[s0])
+            outer.update(s1 - s0)
+            continue
         seqs = [list(map(int, s)) for s in sequences[s0:s1]]
-        ids_meta = list(trace_ids[s0:s1]) if trace_ids is not None else [str(i) for i in range(s0, s1)]
+        ids_meta = all_ids[s0:s1]
         n = max(len(s) for s in seqs)
         if n - 1 <= lo:
             outer.update(len(seqs))  # too short to reach the first event: no position to score
@@ -247,6 +265,7 @@ def evaluate_fidelity(
         full = replay(model, seqs, "full", None, interval, sinks=sinks, on_logits=ref,
                       pad_token_id=pad, trace_ids=ids_meta)
         ce_full = full.ce
+        batch = {"start": s0, "policies": {}}
         for name, b, pol in plan:
             first = b + interval
             valid = in_row & (pos[None] >= first)
@@ -254,23 +273,19 @@ def evaluate_fidelity(
             res = replay(model, seqs, pol, b, interval, sinks=sinks, on_logits=hook, pad_token_id=pad,
                          trace_ids=ids_meta)
             vmask = valid.cpu()
-            a = acc[(name, b)]
+            rows = []
             for r in range(len(seqs)):
                 m = vmask[r]
                 cnt = int(m.sum())
-                if cnt == 0:
-                    continue
-                ce_r = res.ce[r][m].double().sum().item()
-                cf_r = ce_full[r][m].double().sum().item()
-                a.ce += ce_r
-                a.ce_full += cf_r
-                a.tokens += cnt
-                a.per_trace_delta.append((ce_r - cf_r) / cnt)
-                a.per_trace_ratio[ids_meta[r]] = ce_r / cf_r if cf_r > 0 else float("nan")
-            a.kl += float(hook.kl.sum())
-            a.agree += float(hook.agree.sum())
-            a.kl_tokens += int(hook.count.sum())
+                if cnt:
+                    rows.append([ids_meta[r], res.ce[r][m].double().sum().item(),
+                                 ce_full[r][m].double().sum().item(), cnt])
+            batch["policies"][f"{name}@{b}"] = {"rows": rows, "kl": float(hook.kl.sum()),
+                                                "agree": float(hook.agree.sum()), "kl_tokens": int(hook.count.sum())}
         del ref
+        _add_batch(acc, batch)
+        if jr is not None:
+            jr.add(batch)
         outer.update(len(seqs))
     outer.close()
 
@@ -284,6 +299,21 @@ def evaluate_fidelity(
         }
         records.append(acc[(name, b)].record(name, b, interval, extra))
     return records
+
+
+def _add_batch(acc: dict[tuple[str, int], _Accumulator], batch: dict) -> None:
+    """Add one batch's sums (per trace: CE evicted, CE full, scored positions; KL and top-1 pooled) to ``acc``."""
+    for (name, b), a in acc.items():
+        part = batch["policies"][f"{name}@{b}"]
+        for tid, ce_r, cf_r, cnt in part["rows"]:
+            a.ce += ce_r
+            a.ce_full += cf_r
+            a.tokens += cnt
+            a.per_trace_delta.append((ce_r - cf_r) / cnt)
+            a.per_trace_ratio[tid] = ce_r / cf_r if cf_r > 0 else float("nan")
+        a.kl += part["kl"]
+        a.agree += part["agree"]
+        a.kl_tokens += part["kl_tokens"]
 
 
 def _jsonable(cfg: dict) -> dict:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from evaluation.fidelity import FIELDS, evaluate_fidelity
+from foresight.errors import ForesightError
 from foresight.cli import main
 from tests.conftest import save_random_traces
 
@@ -129,6 +130,64 @@ def test_batching_does_not_change_results(copy_model, copy_traces):
             assert a[k] == pytest.approx(b[k], rel=1e-4, abs=1e-6)
 
 
+def _crash_after(monkeypatch, calls: int) -> None:
+    """Make evaluate_fidelity's replays fail from call ``calls + 1`` on (a killed run)."""
+    import evaluation.fidelity as fidelity
+
+    real, seen = fidelity.replay, []
+
+    def replay(*args, **kwargs):
+        seen.append(1)
+        if len(seen) > calls:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fidelity, "replay", replay)
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_numbers(copy_model, copy_traces, tmp_path, monkeypatch):
+    """Batches finished before the crash are read back, the rest replayed (sampled draws included: the policy
+    re-seeds per replay); the records equal an uninterrupted run's exactly, and a cut last line is replayed."""
+    import evaluation.fidelity as fidelity
+
+    args = (copy_model, copy_traces, ["random", "streaming_llm"], [12], 4)
+    want = evaluate_fidelity(*args)
+    journal = tmp_path / "j.jsonl"
+    with monkeypatch.context() as m:
+        _crash_after(m, 7)  # 3 replays per batch (full + 2 policies): batches 0 and 1 finish
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_fidelity(*args, journal=journal)
+    assert len(journal.read_text().splitlines()) == 3  # the header and two batches
+    with open(journal, "a") as fh:
+        fh.write('{"start": 2, "poli')  # the crash cut a line short
+    calls = []
+    real = fidelity.replay
+    monkeypatch.setattr(fidelity, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+    got = evaluate_fidelity(*args, journal=journal)
+    assert len(calls) == 6  # batches 2 and 3 only
+    assert got == want
+
+
+def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path, monkeypatch):
+    journal = tmp_path / "j.jsonl"
+    with monkeypatch.context() as m:
+        _crash_after(m, 4)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
+    before = journal.read_text()
+    with pytest.raises(ForesightError, match="plan differs"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal,
+                          policy_kwargs={"random": {"seed": 3}})
+    with pytest.raises(ForesightError, match="tokens differs"):
+        evaluate_fidelity(copy_model, [copy_traces[1], *copy_traces[1:]], ["random"], [12], 4, journal=journal)
+    with pytest.raises(ForesightError, match="batch_size differs"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal, batch_size=2)
+    assert journal.read_text() == before  # refused before anything is written
+    journal.write_text("not json\n")
+    with pytest.raises(ForesightError, match="not a fidelity journal"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
+
+
 def test_short_traces_give_no_tokens(tiny_llama):
     model, _ = tiny_llama
     rec = evaluate_fidelity(model, [[5] * 20], ["random"], [16], 8)[0]
@@ -163,6 +222,7 @@ def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):
     lines = [ln for ln in md.splitlines() if ln.startswith("| 24 ")]
     assert "| full |" in lines[0]
     assert (out / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (out / "fidelity.partial.jsonl").exists()  # the journal goes once the results are written
 
 
 @pytest.mark.parametrize(
@@ -181,6 +241,14 @@ def test_cli_error_paths(trace_dir, tmp_path, capsys, extra, message):
                "--out", str(tmp_path / "x"), *extra])
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_cli_refuses_an_output_path_that_is_a_file(trace_dir, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "random",
+               "--budget", "24", "--interval", "8", "--out", str(tmp_path / "file")])
+    assert rc == 2
+    assert "exists and is not a directory" in capsys.readouterr().err
 
 
 def test_cli_rejects_traces_of_another_model(trace_dir, tmp_path, capsys):

@@ -53,7 +53,7 @@ def test_summary_by_hand():
         quality_summary(recs[1:], ["sl"])
 
 
-def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
+def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
     model, _ = get_model("tiny-llama")
     traces = tmp_path / "traces"
     rows = save_random_traces(model, traces, (70, 90, 60, 80), seed=5)
@@ -71,8 +71,34 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys):
             Scorer(cfg, seed=seed).save_pretrained(tmp_path / f"{stage}{b}")
             args += ["--scorer", f"{stage}={tmp_path / f'{stage}{b}'}"]
         args += ["--setting", f"{b}:{w}={tmp_path / f'g{b}'}"]
-    assert _run_module().main(args) == 0
+    # killed in its second setting (one batch of 3 traces per setting, 7 replays each: full, golden, 2 stages, 3
+    # policies), then rerun: the first setting is read back, the second replayed
+    import evaluation.fidelity as fidelity
+
+    real, calls = fidelity.replay, []
+
+    def crashing(*a, **k):
+        calls.append(1)
+        if len(calls) > 7 + 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(fidelity, "replay", crashing)
+        with pytest.raises(KeyboardInterrupt):
+            _run_module().main(args)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["partial_B16_W4.jsonl"]
+    calls.clear()
+    with monkeypatch.context() as m:
+        m.setattr(fidelity, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+        assert _run_module().main(args) == 0
+    assert len(calls) == 7
     result = json.loads((tmp_path / "out" / "quality.json").read_text())
+    assert result["meta"]["resumed"] is True and not list((tmp_path / "out").glob("partial_*"))
+    assert _run_module().main([*args, "--out", str(tmp_path / "whole")]) == 0
+    whole = json.loads((tmp_path / "whole" / "quality.json").read_text())
+    assert whole["meta"]["resumed"] is False
+    assert (result["records"], result["summaries"]) == (whole["records"], whole["summaries"])
     assert [(s["budget"], s["interval"], s["traces"]) for s in result["summaries"]] == [(16, 4, 3), (24, 8, 3)]
     for s in result["summaries"]:
         assert set(s["policies"]) == {"golden", "sl", "grpo", "streaming_llm", "h2o", "random"}

@@ -12,7 +12,9 @@ For each (B, W) setting it replays every held-out trace under every policy (:mod
 best-heuristic -> golden gap each learned stage closes, and paired per-trace differences with bootstrap 95%
 intervals (stage vs best heuristic, stage vs previous stage). A learned stage's scorer directories are matched to
 settings by the B and W recorded in their config; ``--scorer`` may be repeated per stage. Traces are split by
-problem: ``--heldout-ids`` (one problem id per line) keeps only those problems' traces.
+problem: ``--heldout-ids`` (one problem id per line) keeps only those problems' traces. Every finished batch of
+traces is journalled in ``--out`` (``partial_B{B}_W{W}.jsonl``): rerun the same command after a crash and it
+resumes where it stopped, with the numbers of an uninterrupted run.
 """
 
 from __future__ import annotations
@@ -112,6 +114,8 @@ def _plot(summaries: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ForesightError(f"--out {out} exists and is not a directory")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     stages, dirs = _stage_dirs(args.scorer)
     # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
@@ -144,6 +148,8 @@ def main(argv=None) -> int:
     seqs, ids = list(traces["input_ids"]), list(traces["trace_id"])
 
     summaries, raw, started = [], [], time.time()
+    journals = {(b, w): out / f"partial_B{b}_W{w}.jsonl" for b, w, _ in args.setting}  # a killed run resumes
+    resumed = any(j.exists() for j in journals.values())
     for b, w, golden in args.setting:
         base = make_factory(model=model, golden=golden, interval=w, policy_kwargs=kwargs)
         learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)], **kwargs[stage]) for stage in stages}
@@ -152,7 +158,8 @@ def main(argv=None) -> int:
             return learned[name] if name in learned else base(name, budget)
 
         records = evaluate_fidelity(model, seqs, ["golden", *stages, *policies], [b], w, trace_ids=ids,
-                                    policy_factory=factory, batch_size=args.batch_size, progress=True)
+                                    policy_factory=factory, batch_size=args.batch_size, progress=True,
+                                    journal=journals[(b, w)])
         summaries.append(quality_summary(records, stages, seed=args.seed))
         raw.extend(records)
     out.mkdir(parents=True, exist_ok=True)
@@ -160,10 +167,12 @@ def main(argv=None) -> int:
             "scorers": {f"{s}@B{b}W{w}": d for (s, b, w), d in dirs.items()},
             "scorer_sha256": scorer_sha256,
             "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v},
-            "seconds": round(time.time() - started, 1)}
+            "seconds": round(time.time() - started, 1), "resumed": resumed}
     (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))
     (out / "quality.md").write_text(f"# Quality benchmark ({args.model})\n\n" + quality_markdown(summaries))
     _plot(summaries, out / "quality.png")
+    for j in journals.values():
+        j.unlink(missing_ok=True)
     print(quality_markdown(summaries))
     print(f"wrote {out}/quality.json, quality.md, quality.png in {meta['seconds']} s")
     return 0

@@ -83,6 +83,8 @@ def run_fidelity(args) -> int:
         raise ForesightError(f"--limit must be positive, got {args.limit}")
     if args.batch_size <= 0:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ForesightError(f"--out {args.out} exists and is not a directory")
     kwargs = policy_kwargs(args, names)
     ds = load_traces(args.traces)
     if args.limit is not None:
@@ -98,6 +100,8 @@ def run_fidelity(args) -> int:
         skipped.append(f"skipped {name} at B={budget}: {why}")
         print(f"note: {skipped[-1]}", file=sys.stderr)
 
+    out = Path(args.out)
+    journal = out / "fidelity.partial.jsonl"  # a killed run resumes from it; deleted once the results are written
     records = evaluate_fidelity(
         model,
         ds["input_ids"],
@@ -111,10 +115,10 @@ def run_fidelity(args) -> int:
         ref_dtype=getattr(torch, args.ref_dtype),
         progress=not args.quiet,
         on_skip=on_skip,
+        journal=journal,
     )
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))
-    out = Path(args.out)
     settings = {
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
@@ -122,6 +126,7 @@ def run_fidelity(args) -> int:
     }
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
     md = write_fidelity_outputs(records, out, notes=notes, settings=settings)
+    journal.unlink(missing_ok=True)
     print(md)
     print(f"wrote {out / 'fidelity.json'}, {out / 'fidelity.md'}, {out / 'fidelity.png'}")
     return 0

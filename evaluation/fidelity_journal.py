@@ -1,0 +1,104 @@
+"""Crash-safe progress of :func:`evaluation.fidelity.evaluate_fidelity`: every finished batch of traces appends
+its per-trace sums to a JSON-lines journal, so a killed evaluation resumes at the batch where it stopped and ends
+with exactly the numbers of an uninterrupted run (the same sums, added in the same order).
+
+The first line names what the sums belong to: the model's fingerprint, a digest of the very token ids and trace
+ids, every (policy, budget) with its settings and, for a scorer, a digest of its weights, W, sinks, the batch
+size and the reference dtype. A journal of anything else is refused in one line, never mixed in; a last line cut
+short by a crash is dropped and that batch is replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from foresight.errors import ForesightError
+
+FORMAT = "foresight-fidelity-journal/1"
+
+
+def tokens_digest(trace_ids: Sequence[str], sequences: Sequence[Sequence[int]]) -> str:
+    """SHA-256 of the trace ids and their token ids, in evaluation order."""
+    h = hashlib.sha256()
+    for tid, seq in zip(trace_ids, sequences):
+        h.update(json.dumps([str(tid), [int(t) for t in seq]]).encode())
+    return h.hexdigest()
+
+
+def weights_digest(policy) -> str | None:
+    """SHA-256 of the parameters of a policy's scorer (``None`` for a policy without one)."""
+    scorer = getattr(policy, "_scorer", None)
+    if not isinstance(scorer, torch.nn.Module):
+        return None
+    h = hashlib.sha256()
+    for name, tensor in sorted(scorer.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def _normal(obj) -> object:
+    return json.loads(json.dumps(obj, sort_keys=True, default=str))
+
+
+class FidelityJournal:
+    """The journal at ``path`` for the evaluation ``identity`` (a JSON-able dict); ``done`` maps the first trace
+    index of every finished batch to its record."""
+
+    def __init__(self, path: str | Path, identity: dict):
+        self.path, self.identity = Path(path), _normal(identity)
+        self.done: dict[int, dict] = {}
+        if self.path.exists():
+            self._load()
+
+    def _load(self) -> None:
+        lines = self.path.read_text().splitlines()
+        try:
+            header = json.loads(lines[0]) if lines else None
+        except json.JSONDecodeError:
+            header = None
+        if not isinstance(header, dict) or header.get("format") != FORMAT:
+            raise ForesightError(f"{self.path}: not a fidelity journal ({FORMAT}); move it away or choose another "
+                                 "output directory")
+        theirs = header.get("identity") or {}
+        for key in sorted(set(theirs) | set(self.identity)):
+            if theirs.get(key) != self.identity.get(key):
+                raise ForesightError(f"{self.path}: the journal of another evaluation ({key} differs); delete it to "
+                                     "start over, or choose another output directory")
+        kept = [lines[0]]
+        for line in lines[1:]:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                break  # cut short by a crash: that batch is replayed
+            self.done[int(rec["start"])] = rec
+            kept.append(line)
+        if len(kept) < len(lines):
+            self._write("".join(k + "\n" for k in kept), "w")
+
+    def _write(self, text: str, mode: str) -> None:
+        with open(self.path, mode) as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def add(self, record: dict) -> None:
+        """Append one finished batch's record (written through to disk before the next batch starts)."""
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._write(json.dumps({"format": FORMAT, "identity": self.identity}) + "\n", "w")
+        self._write(json.dumps(record) + "\n", "a")
+        self.done[int(record["start"])] = record
+
+    def remove(self) -> None:
+        """Delete the journal (the evaluation's results are written)."""
+        self.path.unlink(missing_ok=True)
+
+
+__all__ = ["FORMAT", "FidelityJournal", "tokens_digest", "weights_digest"]
