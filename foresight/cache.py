@@ -32,7 +32,7 @@ from transformers.cache_utils import Cache
 
 from foresight.forward_hooks import install_hooks
 from foresight.kv_storage import BudgetedLayer, SharedBuffers
-from foresight.models import check_supported, model_fingerprint, model_shape
+from foresight.models import check_supported, model_fingerprint, model_shape, rope_of
 from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
@@ -77,6 +77,7 @@ class BudgetedCache(Cache):
         num_layers, hq, hkv = model_shape(model)
         meta.setdefault("fingerprint", model_fingerprint(model))  # policies refuse artefacts of another model
         self._setup(num_layers, hq // hkv, policy, CacheConfig(budget, interval, sinks, protect_prompt), policy_kwargs, meta)
+        self.rope = rope_of(model)  # lets policies read keys with RoPE undone (EvictView.prerope_keys)
         install_hooks(model)
 
     @classmethod
@@ -90,6 +91,7 @@ class BudgetedCache(Cache):
 
     def _setup(self, num_layers, num_groups, policy, cfg: CacheConfig, policy_kwargs, meta) -> None:
         self.shared = SharedBuffers(num_layers)  # every layer's entries, in buffers shared by all layers
+        self.rope: tuple[torch.Tensor, float] | None = None
         super().__init__(layers=self.shared.layers)
         if isinstance(policy, str):
             policy = make_policy(policy, **(policy_kwargs or {}))
@@ -205,6 +207,7 @@ class BudgetedCache(Cache):
             num_keep=n_keep,
             event=self.events,
             step=self.step,
+            rope=self.rope,
         )
         scores = self.policy.score(view).float()
         scores = scores.masked_fill(~layer.valid[..., :n_cand], float("-inf"))

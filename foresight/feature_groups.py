@@ -10,6 +10,12 @@ superset's (:func:`feature_columns`).
     the cached key (post-RoPE, post k-norm: exactly what the cache stores), ``d`` numbers.
 ``value``
     the cached value, ``d`` numbers.
+``prekey``
+    the cached key with its rotary embedding undone (:meth:`~foresight.views.EvictView.prerope_keys`): what the
+    key projection (and k-norm) produced, the same numbers wherever the token stands, so a scorer does not learn
+    the absolute positions of its training traces (a post-RoPE key rotates with the position, and traces longer
+    than the training ones put candidates at angles it never saw). ``d`` numbers; needs a cache built from a
+    model with static RoPE frequencies.
 ``attn``
     per query head of the group, 8 numbers: max and min over the last ``W`` queries; sums over the last
     ``W``, 32, 16 and 8 queries; cumulative attention of every query since the entry arrived (up to this
@@ -75,6 +81,10 @@ def _group_value(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Ten
     return view.values[..., :c, :].float()
 
 
+def _group_prekey(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    return view.prerope_keys(c)
+
+
 def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
     b, h, n = view.positions.shape
     g = ext.num_groups
@@ -116,6 +126,7 @@ FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
     "attn": (lambda d, g: ATTN_STATS * g, _group_attn),
     "age": (lambda d, g: 1, _group_age),
     "recency": (lambda d, g: 2 * g, _group_recency),
+    "prekey": (lambda d, g: d, _group_prekey),
 }
 DEFAULT_FEATURE_SET = ("key", "value", "attn")
 

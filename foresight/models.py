@@ -325,6 +325,22 @@ def model_shape(model) -> tuple[int, int, int]:
     return cfg.num_hidden_layers, hq, getattr(cfg, "num_key_value_heads", None) or hq
 
 
+#: RoPE types whose frequencies change with the sequence length: a cached key cannot be rotated back from its
+#: position alone, so :func:`rope_of` gives None for them.
+DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
+
+
+def rope_of(model) -> tuple[torch.Tensor, float] | None:
+    """The model's rotary embedding as (``inv_freq`` fp32, ``attention_scaling``), or None when it has none or
+    its frequencies depend on the sequence length (:data:`DYNAMIC_ROPE_TYPES`)."""
+    for module in model.modules():
+        if type(module).__name__.endswith("RotaryEmbedding") and hasattr(module, "inv_freq"):
+            if str(getattr(module, "rope_type", "default")) in DYNAMIC_ROPE_TYPES:
+                return None
+            return module.inv_freq.detach().float().clone(), float(getattr(module, "attention_scaling", 1.0))
+    return None
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
@@ -336,6 +352,7 @@ __all__ = [
     "UnsupportedModelError",
     "check_supported",
     "model_shape",
+    "rope_of",
     "DEFAULT_MODEL",
     "ModelLoadError",
     "build_tiny_model",

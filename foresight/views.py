@@ -47,6 +47,22 @@ def attention_probs(
     return torch.softmax(logits.masked_fill(~m, float("-inf")), dim=-1).nan_to_num_(0.0)
 
 
+def unrotate_keys(keys: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor, scaling: float) -> torch.Tensor:
+    """Undo rotary position embedding (RoPE; Su et al. 2021, https://arxiv.org/abs/2104.09864) on cached keys.
+
+    The cache stores keys after RoPE, in transformers' ``rotate_half`` layout: ``k' = s (k cos + rot(k) sin)``
+    with angles ``position * inv_freq`` (``s`` the embedding's ``attention_scaling``). Rotating back by the
+    entry's logical position gives what the projection (and k-norm) produced, the same vector wherever the
+    token stands. ``keys`` (..., n, d), ``positions`` (..., n); returns fp32 (..., n, d).
+    """
+    angles = positions.float()[..., None] * inv_freq.to(device=keys.device, dtype=torch.float32)
+    angles = torch.cat([angles, angles], dim=-1)
+    k = keys.float()
+    half = k.shape[-1] // 2
+    rotated = torch.cat([-k[..., half:], k[..., :half]], dim=-1)
+    return (k * angles.cos() - rotated * angles.sin()) / scaling
+
+
 def chunk_causal(q: int, n: int, device) -> torch.Tensor:
     """(q, n) mask: the q newest entries are the queries themselves (causal), older entries all visible."""
     j = torch.arange(n, device=device)
@@ -139,7 +155,9 @@ class EvictView:
 
     The candidates are the first ``num_candidates`` entries (everything but the newest ``interval``); the
     policy returns one score per candidate, higher = keep. ``keys``/``values``/``positions``/``valid`` cover the
-    whole layer (batch, Hkv, n[, d]) so policies can use the protected window as context.
+    whole layer (batch, Hkv, n[, d]) so policies can use the protected window as context. ``rope`` is the
+    model's rotary embedding (``inv_freq``, ``attention_scaling``) when the cache serves a model whose RoPE
+    frequencies do not depend on the sequence length (see :meth:`prerope_keys`), else None.
     """
 
     layer_idx: int
@@ -151,7 +169,16 @@ class EvictView:
     num_keep: int
     event: int
     step: int
+    rope: tuple[torch.Tensor, float] | None = None
 
     @property
     def candidate_positions(self) -> torch.Tensor:
         return self.positions[..., : self.num_candidates]
+
+    def prerope_keys(self, c: int) -> torch.Tensor:
+        """The first ``c`` entries' keys with RoPE undone (:func:`unrotate_keys`), (batch, Hkv, c, d) fp32."""
+        if self.rope is None:
+            raise ValueError("pre-RoPE keys need the rotary embedding of the model the cache serves (a cache "
+                             "built from a model with static RoPE frequencies, not BudgetedCache.from_shape)")
+        inv_freq, scaling = self.rope
+        return unrotate_keys(self.keys[..., :c, :], self.positions[..., :c], inv_freq, scaling)
