@@ -7,6 +7,8 @@
 #   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems
 #   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
+#   FEATURES=prekey,value,attn,age bash benchmarks/quality/recipe.sh   # another feature set (its own SL and
+#                                                     # benchmark directories; traces, labels and features reused)
 #
 # Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
 # one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
@@ -20,6 +22,8 @@ TRAIN=${TRAIN:-0}        # 0: every finished training trace
 HELDOUT=${HELDOUT:-64}
 STEPS=${STEPS:-2400}
 ROUNDS=${ROUNDS:-2}
+FEATURES=${FEATURES:-key,value,attn,age}   # the scorer's feature groups (foresight.feature_groups)
+TAG=""; [ "$FEATURES" != key,value,attn,age ] && TAG="_${FEATURES//,/-}"
 export OMP_NUM_THREADS=1
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 
@@ -44,17 +48,17 @@ two_ranks $PY -m foresight golden --traces $E/heldout_traces --out $E/golden_hel
 two_ranks $PY -m foresight golden --traces $E/train_traces --out $E/golden_train_B${B}_W${W} $limit \
     --budget $B --interval $W --no-progress
 stamp "SL + $ROUNDS DAgger rounds"
-SL=$E/sl_B${B}_W${W}
+SL=$E/sl_B${B}_W${W}${TAG}
 resume=""; { [ -f $SL/rounds/dagger.json ] || [ -d $SL/checkpoints ]; } && resume="--resume"
 DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port 29811 \
     -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B${B}_W${W} \
     budget=$B interval=$W heldout=8 steps=$STEPS eval_fidelity=false replay_batch_size=4 \
-    feature_set=[key,value,attn,age] pair_weight=gap dagger_rounds=$ROUNDS dagger_beta=0.5 \
+    feature_set=[$FEATURES] pair_weight=gap dagger_rounds=$ROUNDS dagger_beta=0.5 \
     feature_cache=$E/features out_dir=$SL $resume
 stamp "quality benchmark"
 if [ "$ROUNDS" = 0 ]; then stages="--scorer sl=$SL/scorer"  # plain SL writes no rounds/
 else stages="--scorer sl=$SL/rounds/round-0/scorer --scorer dagger=$SL/scorer"; fi
 $PY benchmarks/quality/run.py --model smollm2-135m --traces $E/heldout_traces \
     --setting $B:$W=$E/golden_heldout_B${B}_W${W} $stages \
-    --out $E/quality_B${B}_W${W}
+    --out $E/quality_B${B}_W${W}${TAG}
 stamp done
