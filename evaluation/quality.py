@@ -29,17 +29,31 @@ RECORD_KEYS = ("per_trace_ratio", "tokens", "ce_full", "loss_ratio", "mean_trace
 
 
 def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
-    """``FILE:STAGE`` -> (the run's meta, the stage's fidelity record at (budget, interval))."""
+    """``FILE:STAGE`` -> (the run's meta, the stage's fidelity record at (budget, interval)).
+
+    ``FILE`` is a quality benchmark's ``quality.json`` (its ``meta``), or a ``foresight eval fidelity``
+    ``fidelity.json`` (a list of records; the meta is the ``settings.json`` beside it, and ``STAGE`` the policy
+    name, e.g. ``learned``)."""
     path, sep, stage = spec.rpartition(":")
     if not sep or not path or not stage:
         raise ForesightError(f"{spec!r}: expected FILE:STAGE, e.g. runs/q/quality.json:sl")
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ForesightError(f"{path}: not a readable quality.json ({exc})") from None
+        raise ForesightError(f"{path}: not a readable quality.json or fidelity.json ({exc})") from None
+    if isinstance(data, list):  # eval fidelity's output: the model is named by its settings.json
+        settings = Path(path).with_name("settings.json")
+        try:
+            meta = json.loads(settings.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ForesightError(f"{settings}: a fidelity.json needs the settings.json written beside it ({exc})"
+                                 ) from None
+        if not isinstance(meta, dict) or "model" not in meta:
+            raise ForesightError(f"{settings}: no 'model'")
+        data = {"meta": meta, "records": data}
     if (not isinstance(data, dict) or not isinstance(data.get("meta"), dict)
             or not isinstance(data.get("records"), list) or not all(isinstance(r, dict) for r in data["records"])):
-        raise ForesightError(f"{path}: not a quality.json (no 'meta' and 'records')")
+        raise ForesightError(f"{path}: not a quality.json (no 'meta' and 'records') or fidelity.json")
     found = [r for r in data["records"] if r.get("policy") == stage
              and (r.get("budget"), r.get("interval")) == (budget, interval)]
     if not found:
@@ -85,12 +99,23 @@ def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
     return paired_difference(records[a], records[b], a, b, seed)
 
 
+def gap_share(stage: dict, best: dict, golden: dict, names: tuple[str, str, str], seed: int = 0) -> dict:
+    """The share of the ``best`` -> ``golden`` gap that ``stage`` closes, pooled (``pooled``) and on per-trace
+    means with its bootstrap interval (:func:`evaluation.stats.gap_share_bootstrap`); refuses records measured
+    on different traces. ``names`` name the three records in errors."""
+    for other, name in ((best, names[1]), (golden, names[2])):
+        ids = same_traces(stage, other, names[0], name)
+    s, w, g = ([r["per_trace_ratio"][t] for t in ids] for r in (stage, best, golden))
+    gap = best["loss_ratio"] - golden["loss_ratio"]
+    pooled = (best["loss_ratio"] - stage["loss_ratio"]) / gap if gap > 0 else math.nan
+    return {**gap_share_bootstrap(s, w, g, seed=seed), "pooled": pooled}
+
+
 def _gap_share(records: dict[str, dict], stage: str, best: str, seed: int) -> dict:
     """The share of the best-heuristic -> golden gap closed on per-trace means, with its bootstrap interval."""
-    for other in (best, "golden"):
-        ids = same_traces(records[stage], records[other], stage, other)
-    s, w, g = ([records[n]["per_trace_ratio"][t] for t in ids] for n in (stage, best, "golden"))
-    return gap_share_bootstrap(s, w, g, seed=seed)
+    out = gap_share(records[stage], records[best], records["golden"], (stage, best, "golden"), seed)
+    out.pop("pooled")  # the summary records the pooled share as its own key (gap_closed)
+    return out
 
 
 def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int = 0) -> dict:
@@ -159,4 +184,4 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["check_comparable", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]
+__all__ = ["check_comparable", "gap_share", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]

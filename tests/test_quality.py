@@ -165,6 +165,41 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
         compare.compare(f"{new}:sl", f"{old}:sl_long", 64, 16)
 
 
+def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, capsys):
+    """``eval fidelity``'s fidelity.json (model from its settings.json) pairs with a quality.json stage, and
+    ``--gap`` gives each side's share of the heuristic -> golden gap of that run, checked by hand."""
+    compare = _run_module("compare")
+    bench = _quality_json(tmp_path / "q.json", "m", [_rec("golden", {"a": 1.0, "b": 1.1, "c": 1.0}),
+                                                    _rec("tova", {"a": 1.4, "b": 1.5, "c": 1.6}),
+                                                    _rec("sl", {"a": 1.2, "b": 1.3, "c": 1.3})])
+    ev = tmp_path / "ev"
+    ev.mkdir()
+    rec = {**_rec("learned", {"a": 1.1, "b": 1.2, "c": 1.3}), "tokens": 100, "ce_full": 0.5}
+    (ev / "fidelity.json").write_text(json.dumps([rec]))
+    with pytest.raises(ForesightError, match="needs the settings.json written beside it"):
+        compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4)
+    (ev / "settings.json").write_text(json.dumps({"model": "m"}))
+    r = compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:tova")
+    assert math.isclose(r["mean"], (-0.1 - 0.1 + 0.0) / 3)
+    # per-trace means: golden 1.0333, tova 1.5, learned 1.2, sl 1.2667 -> shares 0.3/0.4667 and 0.2333/0.4667
+    assert math.isclose(r["a_gap_closed"]["share"], 0.3 / (1.5 - 3.1 / 3))
+    assert math.isclose(r["b_gap_closed"]["pooled"], (1.5 - 3.8 / 3) / (1.5 - 3.1 / 3))
+    assert r["a_gap_closed"]["ci_low"] <= r["a_gap_closed"]["share"] <= r["a_gap_closed"]["ci_high"]
+    assert compare.main([f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", "--budget", "16", "--interval", "4",
+                         "--gap", f"{bench}:tova"]) == 0
+    assert "a closes 64.3% of the" in capsys.readouterr().out
+    (ev / "settings.json").write_text(json.dumps({"model": "other"}))
+    with pytest.raises(ForesightError, match="model differs"):
+        compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4)
+    (ev / "settings.json").write_text(json.dumps({"model": "m"}))
+    other = _quality_json(tmp_path / "o.json", "m", [_rec("golden", {"a": 1.0, "b": 1.1, "d": 1.0}),
+                                                    _rec("tova", {"a": 1.4, "b": 1.5, "d": 1.6})])
+    with pytest.raises(ForesightError, match="different traces"):
+        compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{other}:tova")
+    with pytest.raises(ForesightError, match="no record 'h2o'"):
+        compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:h2o")
+
+
 def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys):
     card = _run_module("card")
     summary = [{"budget": 16, "interval": 4, "best_heuristic": "tova"}]

@@ -8,23 +8,40 @@ is refused, because a paired difference over different traces is a wrong number.
 
     python benchmarks/quality/compare.py runs/quality/quality_B64_W16/quality.json:sl \
         benchmarks/results/quality_B64/quality.json:sl_long --budget 64 --interval 16
+
+A ``FILE`` may also be a ``foresight eval fidelity`` output's ``fidelity.json`` (``STAGE`` its policy, e.g.
+``learned``; the model is read from the ``settings.json`` beside it). ``--gap FILE:HEURISTIC`` adds the share of
+that heuristic -> golden gap each side closes (pooled, and on per-trace means with a bootstrap interval), with
+golden and the heuristic from one quality benchmark run on the same traces.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from evaluation.quality import check_comparable, load_record, paired_difference
+from evaluation.quality import check_comparable, gap_share, load_record, paired_difference
 from foresight.errors import run_script
 
 
-def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0) -> dict:
-    """The paired per-trace difference a - b of two stages' loss ratios, after checking they belong together."""
+def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0, gap: str | None = None) -> dict:
+    """The paired per-trace difference a - b of two stages' loss ratios, after checking they belong together;
+    with ``gap`` (``FILE:HEURISTIC``) also the share of that heuristic -> golden gap each closes."""
     (meta_a, a), (meta_b, b) = load_record(a_spec, budget, interval), load_record(b_spec, budget, interval)
     check_comparable(meta_a, a, meta_b, b, a_spec, b_spec)
+    refs = []
+    if gap is not None:
+        path = gap.rpartition(":")[0]
+        for spec in (gap, f"{path}:golden"):
+            meta, rec = load_record(spec, budget, interval)
+            check_comparable(meta_a, a, meta, rec, a_spec, spec)
+            refs.append((spec, rec))
     out = paired_difference(a, b, a_spec, b_spec, seed)  # refuses different trace ids
     out.update(a=a_spec, b=b_spec, a_loss_ratio=a["loss_ratio"], b_loss_ratio=b["loss_ratio"],
                a_mean_trace_ratio=a["mean_trace_ratio"], b_mean_trace_ratio=b["mean_trace_ratio"])
+    if refs:
+        (best_name, best), (golden_name, golden) = refs
+        for side, rec, name in (("a", a, a_spec), ("b", b, b_spec)):
+            out[f"{side}_gap_closed"] = gap_share(rec, best, golden, (name, best_name, golden_name), seed)
     return out
 
 
@@ -35,11 +52,18 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--interval", type=int, required=True)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--gap", metavar="FILE:HEURISTIC", default=None,
+                   help="a quality.json and its heuristic: report the share of the heuristic -> golden gap closed")
     args = p.parse_args(argv)
-    r = compare(args.a, args.b, args.budget, args.interval, args.seed)
+    r = compare(args.a, args.b, args.budget, args.interval, args.seed, args.gap)
     print(f"pooled {r['a_loss_ratio']:.4f} vs {r['b_loss_ratio']:.4f}; mean per trace {r['a_mean_trace_ratio']:.4f} "
           f"vs {r['b_mean_trace_ratio']:.4f}; paired a - b {r['mean']:+.4f} [{r['ci_low']:+.4f}, "
           f"{r['ci_high']:+.4f}] over {r['n_traces']} traces")
+    for side in ("a", "b"):
+        if f"{side}_gap_closed" in r:
+            g = r[f"{side}_gap_closed"]
+            print(f"{side} closes {g['pooled']:.1%} of the {args.gap} -> golden gap pooled, per-trace means "
+                  f"{g['share']:.1%} [{g['ci_low']:.1%}, {g['ci_high']:.1%}]")
     return 0
 
 
