@@ -200,6 +200,32 @@ def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, cap
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:h2o")
 
 
+def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, capsys):
+    from tests.conftest import save_random_traces
+
+    by_length = _run_module("by_length")
+    save_random_traces(tiny_llama[0], tmp_path / "tr", [20, 30, 60, 70], prefix="t")
+    ids = ["t0#0", "t1#0", "t2#0", "t3#0"]
+    bench = _quality_json(tmp_path / "q.json", "m", [
+        _rec("golden", dict(zip(ids, (1.0, 1.0, 1.0, 1.2)))), _rec("tova", dict(zip(ids, (1.4, 1.6, 1.5, 1.5)))),
+        _rec("sl", dict(zip(ids, (1.1, 1.1, 1.4, 1.5))))])
+    rows = by_length.by_length(str(tmp_path / "tr"), f"{bench}:tova", [f"{bench}:sl"], 16, 4, edges=(50,))
+    assert [(r["from"], r["to"], r["traces"]) for r in rows] == [(0, 50, 2), (50, None, 2)]
+    assert math.isclose(rows[0]["shares"][f"{bench}:sl"], (1.5 - 1.1) / 0.5)  # short traces: 80%
+    assert math.isclose(rows[1]["shares"][f"{bench}:sl"], (1.5 - 1.45) / (1.5 - 1.1))  # long: 12.5%
+    assert by_length.main([f"{bench}:sl", "--traces", str(tmp_path / "tr"), "--gap", f"{bench}:tova", "--budget",
+                           "16", "--interval", "4", "--edges", "50"]) == 0
+    assert "| ≥ 50 | 2 | 65 | 0.400 | 13% |" in capsys.readouterr().out
+    save_random_traces(tiny_llama[0], tmp_path / "other", [20, 30], prefix="t")
+    with pytest.raises(ForesightError, match="holds no trace 't2#0'"):
+        by_length.by_length(str(tmp_path / "other"), f"{bench}:tova", [f"{bench}:sl"], 16, 4)
+    with pytest.raises(ForesightError, match="increasing positive"):
+        by_length.by_length(str(tmp_path / "tr"), f"{bench}:tova", [f"{bench}:sl"], 16, 4, edges=(50, 20))
+    with pytest.raises(ForesightError, match="expected comma-separated integers"):
+        by_length.main([f"{bench}:sl", "--traces", "x", "--gap", f"{bench}:tova", "--budget", "16", "--interval",
+                        "4", "--edges", "a,b"])
+
+
 def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys):
     card = _run_module("card")
     summary = [{"budget": 16, "interval": 4, "best_heuristic": "tova"}]
