@@ -65,6 +65,15 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
     return data["meta"], found[0]
 
 
+def load_gap_references(gap: str, budget: int, interval: int) -> tuple[dict, tuple[str, dict], tuple[str, dict]]:
+    """``FILE:HEURISTIC`` -> (the run's meta, (spec, heuristic record), (spec, golden record)) of one run, the two
+    ends of the gap a stage's share is measured on (:func:`gap_share`)."""
+    golden_spec = f"{gap.rpartition(':')[0]}:golden"
+    meta, best = load_record(gap, budget, interval)
+    _, golden = load_record(golden_spec, budget, interval)
+    return meta, (gap, best), (golden_spec, golden)
+
+
 def check_comparable(meta_a: dict, a: dict, meta_b: dict, b: dict, a_name: str, b_name: str) -> None:
     """Refuse two stage records (:func:`load_record`) that do not come from the same model and traces: the
     full-cache CE does not depend on the policy, so a different value means different tokens or weights."""
@@ -184,4 +193,4 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["check_comparable", "gap_share", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]
+__all__ = ["check_comparable", "gap_share", "load_gap_references", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]

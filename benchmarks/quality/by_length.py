@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.quality import check_comparable, load_record, same_traces
+from evaluation.quality import check_comparable, load_gap_references, load_record, same_traces
 from foresight.errors import ForesightError, run_script
 from golden.traces import load_traces
 
@@ -29,9 +29,8 @@ def by_length(traces: str, gap: str, stages: list[str], budget: int, interval: i
     """One row per length bucket: its trace count, mean length, the gap and each stage's share of it."""
     if list(edges) != sorted(set(edges)) or not edges or edges[0] <= 0:
         raise ForesightError(f"--edges must be increasing positive token counts, got {list(edges)}")
-    path = gap.rpartition(":")[0]
-    (meta, best), (_, golden) = load_record(gap, budget, interval), load_record(f"{path}:golden", budget, interval)
-    ids = same_traces(best, golden, gap, f"{path}:golden")
+    meta, (_, best), (golden_spec, golden) = load_gap_references(gap, budget, interval)
+    ids = same_traces(best, golden, gap, golden_spec)
     recs = {}
     for spec in stages:
         m, rec = load_record(spec, budget, interval)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from evaluation.quality import check_comparable, gap_share, load_record, paired_difference
+from evaluation.quality import check_comparable, gap_share, load_gap_references, load_record, paired_difference
 from foresight.errors import run_script
 
 
@@ -30,11 +30,9 @@ def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0,
     check_comparable(meta_a, a, meta_b, b, a_spec, b_spec)
     refs = []
     if gap is not None:
-        path = gap.rpartition(":")[0]
-        for spec in (gap, f"{path}:golden"):
-            meta, rec = load_record(spec, budget, interval)
+        meta, *refs = load_gap_references(gap, budget, interval)
+        for spec, rec in refs:
             check_comparable(meta_a, a, meta, rec, a_spec, spec)
-            refs.append((spec, rec))
     out = paired_difference(a, b, a_spec, b_spec, seed)  # refuses different trace ids
     out.update(a=a_spec, b=b_spec, a_loss_ratio=a["loss_ratio"], b_loss_ratio=b["loss_ratio"],
                a_mean_trace_ratio=a["mean_trace_ratio"], b_mean_trace_ratio=b["mean_trace_ratio"])
