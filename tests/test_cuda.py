@@ -6,7 +6,8 @@ full cache equals HF ``generate``; chunked replay under every policy (the learne
 per-token losses and the same number of evictions; budgeted generation keeps the same tokens (decode steps held
 until the event and observed as one chunk); ``model.generate`` with a :class:`BudgetedCache` equals
 ``foresight.generate``; the golden oracle picks the same evict sets with the same foresight values; the scorer's
-features are the same. In bf16 (what CUDA loads models in by default) every policy keeps the budget and yields
+features are the same, the pre-RoPE keys included; the KL loss of ``train adapt`` and its LoRA gradients through the
+budgeted replay are the same. In bf16 (what CUDA loads models in by default) every policy keeps the budget and yields
 finite losses. Without a CUDA device the module fails at once instead of passing vacuously.
 """
 
@@ -16,17 +17,20 @@ import pytest
 import torch
 
 import foresight
+from peft import LoraConfig, get_peft_model
+
 from foresight.features import FeatureExtractor
 from foresight.policies import make_policy, policy_names
 from foresight.policies.recorder import FeatureRecorder
 from foresight.scorer import Scorer, ScorerConfig
 from golden.oracle import label_trace
 from tests.conftest import TINY, get_model
+from training.adapt_student import EvictedStudent, distillation_loss
 
 pytestmark = pytest.mark.cuda
 
 B, W = 16, 4
-FEATURES = ("key", "value", "attn", "age", "recency")
+FEATURES = ("key", "prekey", "value", "attn", "age", "recency")  # prekey: RoPE undone on the device
 #: Decode-time policies (``golden`` only replays labelled traces; ``full`` is tested against HF generate).
 POLICIES = [p for p in policy_names() if p not in ("full", "golden")]
 KWARGS = {"paged": {"block_size": W}}  # paged frees whole blocks: its block must divide W
@@ -152,3 +156,32 @@ def test_bf16_on_cuda_keeps_the_budget_and_finite_losses(pol):
     assert res.stats["evictions"] > 0 and res.stats["final_entries"] <= B + W
     rep = foresight.replay(model, ids().cuda(), policy=policy(pol, model), budget=B, interval=W)
     assert torch.isfinite(rep.ce).all()
+
+
+@pytest.mark.parametrize("pol", ["h2o", "learned"])
+def test_adapt_kl_and_lora_gradients_on_cuda_equal_cpu(pol):
+    """`train adapt`'s loss: KL(full-cache teacher with the adapter off || student replayed under eviction), with
+    gradients through the budgeted replay, on both devices from the same seeded LoRA (non-zero B)."""
+    seq = ids(1, 64, seed=6)[0].tolist()
+    got = {}
+    for dev in ("cpu", "cuda"):
+        model, _ = foresight.load_model("tiny-llama", device="cpu")  # LoRA initialised on the CPU for both: the CUDA
+        with torch.random.fork_rng(devices=[]):                      # generator draws other numbers from one seed
+            torch.manual_seed(0)
+            peft_model = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+            for name, p in peft_model.named_parameters():
+                if "lora_B" in name:
+                    torch.nn.init.normal_(p.data, std=0.3)  # B=0 would make the adapter (and its gradient to A) vanish
+        peft_model.to(dev)
+        assert model.device.type == dev
+        student = EvictedStudent(peft_model, policy(pol, model), B, W)
+        loss, metrics = distillation_loss(student, peft_model, student.lm, [seq], B, W)
+        loss.backward()
+        got[dev] = (loss.item(), metrics, {n: p.grad.detach().cpu() for n, p in student.lora.items()})
+    (la, ma, ga), (lb, mb, gb) = got["cpu"], got["cuda"]
+    assert ma["positions"] == mb["positions"] == len(seq) - 1 - (B + W)
+    assert lb == pytest.approx(la, rel=1e-4, abs=1e-6) and la > 0
+    assert ga.keys() == gb.keys()
+    for name in ga:
+        assert ga[name].abs().sum() > 0, name
+        torch.testing.assert_close(gb[name], ga[name], atol=1e-4, rtol=1e-3)
