@@ -272,3 +272,38 @@ def test_resume_mid_dagger_equals_uninterrupted(data, tmp_path):
     assert [(r["round"], r["step"], r["beta"]) for r in recs] == [(0, 6, 1.0), (1, 12, 0.5), (2, 18, 0.25)]
     assert all(r["loss_ratio"] > 0 for r in recs)
     assert {f["policy"] for f in recs[-1]["fidelity"]} == {"learned", "h2o"}
+
+
+def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):
+    from training.dagger import STATE, round_dir
+    from training.sl import run_sl
+
+    full = run_sl(_cfg(data, tmp_path / "full", dagger_rounds=2, steps=6))
+    ext = tmp_path / "ext"
+    assert not run_sl(_cfg(data, ext, dagger_rounds=1, steps=6, max_steps_per_run=9))["finished"]  # killed in round 1
+    with pytest.raises(ForesightError, match=r"dagger_rounds=1 run is not finished \(round 1 open\)"):
+        run_sl(_cfg(data, ext, dagger_rounds=2, steps=6), resume=True)  # an open round is finished first
+    assert run_sl(_cfg(data, ext, dagger_rounds=1, steps=6), resume=True)["finished"]
+    one_round = _weights(ext / "scorer")
+    with pytest.raises(ForesightError, match="dagger_beta"):  # only the count may differ
+        run_sl(_cfg(data, ext, dagger_rounds=2, dagger_beta=0.25, steps=6), resume=True)
+    assert (ext / "scorer").is_dir() and (ext / "summary.json").is_file()  # a refused extension changed nothing
+    res = run_sl(_cfg(data, ext, dagger_rounds=2, steps=6), resume=True)
+    assert res["finished"] and res["steps_this_run"] == 6 and full["finished"]
+    for r in range(3):
+        x, y = _weights(round_dir(tmp_path / "full", r) / "scorer"), _weights(round_dir(ext, r) / "scorer")
+        for k in x:
+            torch.testing.assert_close(y[k], x[k], rtol=0, atol=1e-7, msg=f"round {r} {k}")
+    final = _weights(ext / "scorer")
+    for k, v in _weights(tmp_path / "full" / "scorer").items():
+        torch.testing.assert_close(final[k], v, rtol=0, atol=1e-7)
+    assert any(not torch.equal(final[k], one_round[k]) for k in final)
+
+    def evals(out):
+        return [{k: v for k, v in r.items() if k != "time"} for r in _metrics(out) if r["kind"] == "eval"]
+
+    assert evals(ext) == evals(tmp_path / "full") and [r["round"] for r in evals(ext)] == [0, 1, 2]
+    state = json.loads((ext / "rounds" / STATE).read_text())
+    assert state["settings"]["dagger_rounds"] == 2 and state["extended"] == [{"from": 1, "to": 2}]
+    with pytest.raises(ForesightError, match="dagger_rounds"):  # fewer rounds than recorded: refused
+        run_sl(_cfg(data, ext, dagger_rounds=1, steps=6), resume=True)

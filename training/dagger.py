@@ -31,7 +31,9 @@ metrics on the golden trajectory, ``loss_ratio`` of the learned policy when ``ev
 
 Resume (``--resume``): the settings must match ``rounds/dagger.json`` (names the differing keys), finished rounds
 are kept, recorded rows are reused, and the open round resumes from its newest checkpoint
-(:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. ``max_steps_per_run`` counts
+(:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. A *finished* run resumed with a larger
+``dagger_rounds`` goes on with the new rounds and ends where a run started with that many rounds ends (the one
+setting allowed to differ; the extension is recorded in ``dagger.json``). ``max_steps_per_run`` counts
 optimisation steps over all rounds of one invocation. A run without ``--resume`` starts the rounds afresh.
 """
 
@@ -144,16 +146,44 @@ def _round_record(r: int, beta: float, golden_events: int, task, ev: dict) -> di
     return out
 
 
+def _extends(cfg, saved: dict) -> int | None:
+    """The saved run's ``dagger_rounds`` when this resume asks for more rounds, else None. Rounds depend on earlier
+    rounds only through their data, so more rounds continue a run exactly as a longer run would have gone on; only a
+    finished run is extended (an open round's checkpoint was written under the old count)."""
+    old = saved.get("dagger_rounds")
+    if not isinstance(old, int) or cfg.dagger_rounds <= old:
+        return None
+    open_rounds = [r for r in range(old + 1) if _finished(cfg.out_dir, r) is None]
+    if open_rounds:
+        raise ForesightError(f"--resume: dagger_rounds={cfg.dagger_rounds} adds rounds to the run under "
+                             f"{cfg.out_dir}, but its dagger_rounds={old} run is not finished (round "
+                             f"{open_rounds[0]} open); finish it with dagger_rounds={old}, then resume with more")
+    return old
+
+
 def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> None:
     """Check (resume) or record (fresh run: previous rounds removed) the run's settings; ``complete=False``
-    compares only the keys of ``settings`` (the early check, before the data is loaded)."""
-    state = Path(cfg.out_dir) / ROUNDS / STATE
+    compares only the keys of ``settings`` (the early check, before the data is loaded). A resume of a finished
+    run with a larger ``dagger_rounds`` extends it (:func:`_extends`): once the complete check passes, the recorded
+    settings take the new count and the old final ``scorer/`` and ``summary.json`` are removed (the old last
+    round's scorer stays under ``rounds/``)."""
+    out = Path(cfg.out_dir)
+    state = out / ROUNDS / STATE
     if resume:
         if not state.is_file():
             raise ForesightError(f"--resume: no DAgger run under {cfg.out_dir} ({state} missing); start without "
                                  "--resume")
         saved = json.loads(state.read_text())
-        check_settings(saved.get("settings", {}), settings, state, complete=complete)
+        old = _extends(cfg, saved.get("settings", {}))
+        check_settings(saved.get("settings", {}), settings if old is None else {**settings, "dagger_rounds": old},
+                       state, complete=complete)
+        if old is not None and complete and dist.is_main:
+            extended = saved.get("extended", []) + [{"from": old, "to": cfg.dagger_rounds}]
+            _write_json(state, {**saved, "settings": plain(settings), "extended": extended})
+            shutil.rmtree(out / "scorer", ignore_errors=True)
+            (out / "summary.json").unlink(missing_ok=True)
+            print(f"[foresight] DAgger: extending the finished {old}-round run to {cfg.dagger_rounds} rounds",
+                  flush=True)
     elif dist.is_main:
         shutil.rmtree(Path(cfg.out_dir) / ROUNDS, ignore_errors=True)
         state.parent.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@
 #   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems
 #   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
+#   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 2-round run: trains rounds 3 and 4 only
 #   FEATURES=prekey,value,attn,age bash benchmarks/quality/recipe.sh   # another feature set (its own SL and
 #                                                     # benchmark directories; traces, labels and features reused)
 #
