@@ -185,7 +185,7 @@ def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> No
             print(f"[foresight] DAgger: extending the finished {old}-round run to {cfg.dagger_rounds} rounds",
                   flush=True)
     elif dist.is_main:
-        shutil.rmtree(Path(cfg.out_dir) / ROUNDS, ignore_errors=True)
+        shutil.rmtree(out / ROUNDS, ignore_errors=True)
         state.parent.mkdir(parents=True, exist_ok=True)
         _write_json(state, {"format": STATE_FORMAT, "settings": plain(settings)})
 
