@@ -61,24 +61,32 @@ def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10
     return rows
 
 
-def save_random_adapter(path, model_name: str = "tiny-llama", r: int = 4, seed: int = 0, std: float = 0.2,
-                        targets=("q_proj", "k_proj", "v_proj", "o_proj")):
-    """Save a peft LoRA adapter for the tiny model ``model_name`` with non-zero (random) A and B at ``path``, so
-    loading it changes the model's outputs; return ``path``."""
+def seeded_lora(model, r: int = 2, targets=("q_proj", "v_proj"), seed: int = 0, std: float = 0.3):
+    """Wrap ``model`` (on the CPU) in a peft LoRA (alpha = 2r) whose A and B are drawn from ``seed`` alone, B ~
+    N(0, std) rather than peft's zeros so the adapter changes outputs and A receives gradients; the CPU generator
+    is the only one forked, so the same seed gives the same weights whichever device the model moves to after."""
     from peft import LoraConfig, get_peft_model
 
     from foresight.adapters import quiet_peft
-    from foresight.models import build_tiny_model
 
-    model, _ = build_tiny_model(model_name)
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with quiet_peft():
             peft_model = get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules=list(targets)))
         for name, p in peft_model.named_parameters():
             if "lora_B" in name:
-                torch.nn.init.normal_(p, std=std)
-    peft_model.save_pretrained(str(path), save_embedding_layers=False)
+                torch.nn.init.normal_(p.data, std=std)
+    return peft_model
+
+
+def save_random_adapter(path, model_name: str = "tiny-llama", r: int = 4, seed: int = 0, std: float = 0.2,
+                        targets=("q_proj", "k_proj", "v_proj", "o_proj")):
+    """Save a peft LoRA adapter for the tiny model ``model_name`` with non-zero (random) A and B at ``path``, so
+    loading it changes the model's outputs; return ``path``."""
+    from foresight.models import build_tiny_model
+
+    model, _ = build_tiny_model(model_name)
+    seeded_lora(model, r=r, targets=targets, seed=seed, std=std).save_pretrained(str(path), save_embedding_layers=False)
     return path
 
 

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
 
 import foresight
 from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
 from foresight.scorer import Scorer, ScorerConfig
-from tests.conftest import load_script, save_random_traces
+from tests.conftest import load_script, save_random_traces, seeded_lora
 from training.adapt_student import EvictedStudent, distillation_loss
 
 B, W = 16, 4
@@ -51,13 +50,7 @@ def _student(policy, scorer_dir=None, dtype=torch.float64, seed=0):
     """A fresh tiny-llama with LoRA (non-zero B) in ``dtype``, its EvictedStudent and the scorer if any."""
     model, _ = foresight.load_model("tiny-llama", device="cpu")
     model.to(dtype)
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        peft_model = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
-        for name, p in peft_model.named_parameters():
-            if "lora_B" in name:
-                torch.nn.init.normal_(p, std=0.3)
-    peft_model.to(dtype)
+    peft_model = seeded_lora(model, seed=seed).to(dtype)
     scorer = None
     if policy == "learned":
         scorer = Scorer.from_pretrained(scorer_dir, model=model)

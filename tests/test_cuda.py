@@ -17,14 +17,12 @@ import pytest
 import torch
 
 import foresight
-from peft import LoraConfig, get_peft_model
-
 from foresight.features import FeatureExtractor
 from foresight.policies import make_policy, policy_names
 from foresight.policies.recorder import FeatureRecorder
 from foresight.scorer import Scorer, ScorerConfig
 from golden.oracle import label_trace
-from tests.conftest import TINY, get_model
+from tests.conftest import TINY, get_model, seeded_lora
 from training.adapt_student import EvictedStudent, distillation_loss
 
 pytestmark = pytest.mark.cuda
@@ -166,13 +164,7 @@ def test_adapt_kl_and_lora_gradients_on_cuda_equal_cpu(pol):
     got = {}
     for dev in ("cpu", "cuda"):
         model, _ = foresight.load_model("tiny-llama", device="cpu")  # LoRA initialised on the CPU for both: the CUDA
-        with torch.random.fork_rng(devices=[]):                      # generator draws other numbers from one seed
-            torch.manual_seed(0)
-            peft_model = get_peft_model(model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
-            for name, p in peft_model.named_parameters():
-                if "lora_B" in name:
-                    torch.nn.init.normal_(p.data, std=0.3)  # B=0 would make the adapter (and its gradient to A) vanish
-        peft_model.to(dev)
+        peft_model = seeded_lora(model, seed=0).to(dev)               # generator draws other numbers from one seed
         assert model.device.type == dev
         student = EvictedStudent(peft_model, policy(pol, model), B, W)
         loss, metrics = distillation_loss(student, peft_model, student.lm, [seq], B, W)
