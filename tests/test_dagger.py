@@ -307,3 +307,58 @@ def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):
     assert state["settings"]["dagger_rounds"] == 2 and state["extended"] == [{"from": 1, "to": 2}]
     with pytest.raises(ForesightError, match="dagger_rounds"):  # fewer rounds than recorded: refused
         run_sl(_cfg(data, ext, dagger_rounds=1, steps=6), resume=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Disk: a round's rows are estimated before they are recorded, and refused when they will not fit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _data_bytes(path: Path) -> int:
+    """Bytes of a safetensors file's tensors (the file less its 8-byte length and JSON header)."""
+    raw = path.read_bytes()
+    return len(raw) - 8 - int.from_bytes(raw[:8], "little")
+
+
+def test_rows_estimate_equals_the_bytes_a_round_records(data, runs):
+    from training.dagger import rows_bytes, rows_file
+    from training.distributed import DistInfo
+    from training.sl import SLTask
+
+    root, _, _ = runs
+    out = root / "dagger"
+    task = SLTask(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0), DistInfo(0, 1, 0, torch.device("cpu")))
+    recorded = sum(_data_bytes(rows_file(out, 1, row["trace_id"])) for row in task.train_rows)
+    need, traces = rows_bytes(task, task.train, task.cfg, [1], reuse=False)
+    assert traces == len(task.train_rows) > 1 and need == recorded  # exact: the same tensors, byte for byte
+    assert rows_bytes(task, task.train, task.cfg, [1]) == (0, 0)  # recorded rows are reused: nothing more to write
+    assert rows_bytes(task, task.train, task.cfg, [1, 2]) == (recorded, traces)  # round 2 is still to record
+
+
+def test_rounds_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):
+    import shutil
+
+    from training import dagger
+    from training.dagger import round_dir
+    from training.sl import run_sl
+
+    free, real = {"calls": 0, "bytes": [1]}, shutil.disk_usage
+
+    def disk_usage(path):
+        free["calls"] += 1
+        got = real(path)
+        return got._replace(free=free["bytes"][min(free["calls"], len(free["bytes"])) - 1])
+
+    monkeypatch.setattr(dagger.shutil, "disk_usage", disk_usage)
+    out = tmp_path / "run"
+    with pytest.raises(ForesightError, match=r"dagger_rounds: rounds 1-2 will write about [\d.e-]+ GB of rows "
+                                             r"\(8 trace files under .*rounds\), but only 1e-09 GB is free there"):
+        run_sl(_cfg(data, out, dagger_rounds=2, steps=6))
+    assert free["calls"] == 1 and not (out / "rounds").exists()  # refused before round 0 trained or wrote anything
+    # enough for both rounds at the start, then the disk fills before round 2: refused before its replays
+    free.update(calls=0, bytes=[10**12, 10**12, 1])
+    with pytest.raises(ForesightError, match=r"dagger_rounds: round 2 will write about .* \(4 trace files"):
+        run_sl(_cfg(data, out, dagger_rounds=2, steps=6))
+    assert (round_dir(out, 1) / "summary.json").is_file() and not (round_dir(out, 2) / "rows").exists()
+    free.update(calls=0, bytes=[10**12])  # space freed: --resume goes on at round 2
+    assert run_sl(_cfg(data, out, dagger_rounds=2, steps=6), resume=True)["finished"]

@@ -101,8 +101,9 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def _record_round(task, cfg, dist, r: int, beta: float) -> None:
+def _record_round(task, golden: dict, cfg, dist, r: int, beta: float) -> None:
     """Rows of round ``r`` for every training trace (each rank its share; existing files are kept)."""
+    check_disk(task, golden, cfg, [r])  # again: the disk may have filled since the run started
     scorer = Scorer.from_pretrained(round_dir(cfg.out_dir, r - 1) / "scorer").eval()
     todo = [row for row in task.train_rows[dist.rank :: dist.world_size]
             if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
@@ -120,6 +121,38 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
         bar.update(len(part))
     bar.close()
     barrier()
+
+
+def rows_bytes(task, golden: dict, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
+    """``(bytes, traces)`` that the rows of ``rounds`` still to record will take (``reuse``: files already there
+    are kept and cost nothing): a trace's rows have as many events as its labels, and the candidates and feature
+    columns (every group) of its golden rows, stored as ``feature_dtype`` features + float32 α + uint8 evict set +
+    int32 positions (:func:`training.onpolicy.save_rows`)."""
+    inner = golden["features"].parts[0].shape[1:]  # (L, Hkv, C, D), D: every feature group
+    cells = torch.Size(inner[:-1]).numel()
+    per_event = cells * inner[-1] * getattr(torch, cfg.feature_dtype).itemsize + cells * (4 + 1 + 4)
+    todo = [row["trace_id"] for r in rounds for row in task.train_rows
+            if not (reuse and rows_file(cfg.out_dir, r, row["trace_id"]).exists())]
+    return sum(len(task.labels[t].events) for t in todo) * per_event, len(todo)
+
+
+def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
+    """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
+    each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64 with every feature
+    group), and a disk that fills halfway through a round wastes the round."""
+    rounds = list(rounds)
+    need, traces = rows_bytes(task, golden, cfg, rounds, reuse)
+    if not traces:
+        return
+    where = Path(cfg.out_dir)
+    while not where.exists():  # a fresh run's out_dir may not exist yet
+        where = where.parent
+    free = shutil.disk_usage(where).free
+    if need > free:
+        which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+        raise ForesightError(f"dagger_rounds: {which} will write about {need / 1e9:.3g} GB of rows ({traces} trace "
+                             f"files under {round_dir(cfg.out_dir, rounds[0]).parent}), but only {free / 1e9:.3g} GB "
+                             f"is free there; free disk space or lower dagger_rounds (recorded rows are kept)")
 
 
 def _aggregate(task, golden: dict, cfg, r: int) -> dict:
@@ -209,6 +242,8 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
         lab = task.labels[row["trace_id"]]
         if lab.foresight is None and not lab.foresight_file:
             lab.load_foresight()  # raises the one-line request to regenerate them
+    # rows of every round still to record fit on the disk (a fresh run removes the old ones): before writing anything
+    check_disk(task, task.train, base, range(1, cfg.dagger_rounds + 1), reuse=resume)
     _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))
     barrier()
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
@@ -246,7 +281,7 @@ def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> di
     checkpoint if there is one); once finished, save its scorer, log its record, then mark it finished."""
     beta = cfg.dagger_beta**r
     if r > 0:
-        _record_round(task, cfg, dist, r, beta)
+        _record_round(task, golden, cfg, dist, r, beta)
     task.train = _aggregate(task, golden, cfg, r)
     task.init_scorer()
     task.cfg = replace(cfg, fidelity_policies=cfg.fidelity_policies if r == cfg.dagger_rounds else [])
