@@ -320,10 +320,12 @@ def _data_bytes(path: Path) -> int:
     return len(raw) - 8 - int.from_bytes(raw[:8], "little")
 
 
-def test_rows_estimate_equals_the_bytes_a_round_records(data, runs):
+def test_disk_estimates_equal_the_bytes_written(data, runs):
+    from foresight.fingerprint import model_fingerprint
     from training.dagger import rows_bytes, rows_file
     from training.distributed import DistInfo
     from training.sl import SLTask
+    from training.sl_features import FeatureCache, events_bytes
 
     root, _, _ = runs
     out = root / "dagger"
@@ -333,12 +335,18 @@ def test_rows_estimate_equals_the_bytes_a_round_records(data, runs):
     assert traces == len(task.train_rows) > 1 and need == recorded  # exact: the same tensors, byte for byte
     assert rows_bytes(task, task.train, task.cfg, [1]) == (0, 0)  # recorded rows are reused: nothing more to write
     assert rows_bytes(task, task.train, task.cfg, [1, 2]) == (recorded, traces)  # round 2 is still to record
+    cfg = task.cfg
+    cache = FeatureCache(cfg.feature_cache, model_fingerprint(task.model), cfg.budget, cfg.interval, cfg.decay,
+                         cfg.feature_dtype)
+    for row in task.train_rows + task.val_rows:  # the feature cache's files, estimated before extraction
+        tid = row["trace_id"]
+        assert events_bytes(task.labels[tid], cache.width, torch.float16) == _data_bytes(cache.file(tid)), tid
 
 
-def test_rounds_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):
+def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):
     import shutil
 
-    from training import dagger
+    from training import sl_features
     from training.dagger import round_dir
     from training.sl import run_sl
 
@@ -346,18 +354,22 @@ def test_rounds_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, 
 
     def disk_usage(path):
         free["calls"] += 1
-        got = real(path)
-        return got._replace(free=free["bytes"][min(free["calls"], len(free["bytes"])) - 1])
+        return real(path)._replace(free=free["bytes"][min(free["calls"], len(free["bytes"])) - 1])
 
-    monkeypatch.setattr(dagger.shutil, "disk_usage", disk_usage)
-    out = tmp_path / "run"
-    with pytest.raises(ForesightError, match=r"dagger_rounds: rounds 1-2 will write about [\d.e-]+ GB of rows "
-                                             r"\(8 trace files under .*rounds\), but only 1e-09 GB is free there"):
+    monkeypatch.setattr(sl_features.shutil, "disk_usage", disk_usage)  # the one shutil module: every caller
+    out, cache = tmp_path / "run", tmp_path / "features"
+    with pytest.raises(ForesightError, match=r"the feature cache \(6 trace files\) will write about [\d.e-]+ GB "
+                                             r"under .*features/\w+, but only 1e-09 GB is free there"):
         run_sl(_cfg(data, out, dagger_rounds=2, steps=6))
-    assert free["calls"] == 1 and not (out / "rounds").exists()  # refused before round 0 trained or wrote anything
-    # enough for both rounds at the start, then the disk fills before round 2: refused before its replays
+    assert not list(cache.rglob("*.safetensors")) and not (out / "rounds").exists()  # nothing extracted or written
+    free.update(calls=0, bytes=[10**12, 1])  # the cache fits, the rows of rounds 1 and 2 do not
+    with pytest.raises(ForesightError, match=r"dagger_rounds: rounds 1-2 \(8 rows files\) will write about "
+                                             r"[\d.e-]+ GB under .*rounds, but only 1e-09 GB is free there"):
+        run_sl(_cfg(data, out, dagger_rounds=2, steps=6))
+    assert free["calls"] == 2 and not (out / "rounds").exists()  # refused before round 0 trained or wrote anything
+    # enough for both rounds at the start (the cache is there: nothing to check), then the disk fills before round 2
     free.update(calls=0, bytes=[10**12, 10**12, 1])
-    with pytest.raises(ForesightError, match=r"dagger_rounds: round 2 will write about .* \(4 trace files"):
+    with pytest.raises(ForesightError, match=r"dagger_rounds: round 2 \(4 rows files\) will write about"):
         run_sl(_cfg(data, out, dagger_rounds=2, steps=6))
     assert (round_dir(out, 1) / "summary.json").is_file() and not (round_dir(out, 2) / "rows").exists()
     free.update(calls=0, bytes=[10**12])  # space freed: --resume goes on at round 2

@@ -60,6 +60,7 @@ from training.loop import resume_settings, train
 from training.mapped_events import EventFeatures
 from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
 from training.settings_check import check_settings, plain
+from training.sl_features import check_free_space, events_bytes
 
 ROUNDS = "rounds"
 STATE = "dagger.json"
@@ -125,34 +126,24 @@ def _record_round(task, golden: dict, cfg, dist, r: int, beta: float) -> None:
 
 def rows_bytes(task, golden: dict, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
     """``(bytes, traces)`` that the rows of ``rounds`` still to record will take (``reuse``: files already there
-    are kept and cost nothing): a trace's rows have as many events as its labels, and the candidates and feature
-    columns (every group) of its golden rows, stored as ``feature_dtype`` features + float32 α + uint8 evict set +
-    int32 positions (:func:`training.onpolicy.save_rows`)."""
-    inner = golden["features"].parts[0].shape[1:]  # (L, Hkv, C, D), D: every feature group
-    cells = torch.Size(inner[:-1]).numel()
-    per_event = cells * inner[-1] * getattr(torch, cfg.feature_dtype).itemsize + cells * (4 + 1 + 4)
+    are kept and cost nothing): a trace's rows have its labels' events with the candidates and feature columns
+    (every group) of its golden rows (:func:`training.sl_features.events_bytes`)."""
+    width, dtype = golden["features"].parts[0].shape[-1], getattr(torch, cfg.feature_dtype)
     todo = [row["trace_id"] for r in rounds for row in task.train_rows
             if not (reuse and rows_file(cfg.out_dir, r, row["trace_id"]).exists())]
-    return sum(len(task.labels[t].events) for t in todo) * per_event, len(todo)
+    return sum(events_bytes(task.labels[t], width, dtype) for t in todo), len(todo)
 
 
 def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
-    each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64 with every feature
-    group), and a disk that fills halfway through a round wastes the round."""
+    each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64)."""
     rounds = list(rounds)
     need, traces = rows_bytes(task, golden, cfg, rounds, reuse)
-    if not traces:
-        return
-    where = Path(cfg.out_dir)
-    while not where.exists():  # a fresh run's out_dir may not exist yet
-        where = where.parent
-    free = shutil.disk_usage(where).free
-    if need > free:
+    if traces:
         which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
-        raise ForesightError(f"dagger_rounds: {which} will write about {need / 1e9:.3g} GB of rows ({traces} trace "
-                             f"files under {round_dir(cfg.out_dir, rounds[0]).parent}), but only {free / 1e9:.3g} GB "
-                             f"is free there; free disk space or lower dagger_rounds (recorded rows are kept)")
+        check_free_space(round_dir(cfg.out_dir, rounds[0]).parent, need,
+                         f"dagger_rounds: {which} ({traces} rows files)",
+                         "free disk space or lower dagger_rounds (recorded rows are kept)")
 
 
 def _aggregate(task, golden: dict, cfg, r: int) -> dict:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
-from foresight.features import FEATURE_GROUPS, FeatureExtractor
+from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_dim
 from foresight.policies import make_policy
 from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
@@ -93,6 +94,28 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
     return out
 
 
+def events_bytes(labels: TraceLabels, width: int, dtype: torch.dtype) -> int:
+    """Bytes of the tensors that one trace's recorded events take in a feature-cache file (:func:`save_events`) or
+    a DAgger rows file (:func:`training.onpolicy.save_rows`): at each of the labels' events, every (layer, KV head,
+    candidate) has ``width`` feature columns in ``dtype``, a float32 α, a uint8 evict flag and an int32 position."""
+    cells = sum(ev.candidates.numel() for ev in labels.events)
+    return cells * (width * dtype.itemsize + 4 + 1 + 4)
+
+
+def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:
+    """Refuse, in one line, ``what`` (about to write ``need`` bytes under ``where``) when that disk has less free:
+    a disk that fills halfway through a replay wastes the replay."""
+    if need <= 0:
+        return
+    disk = Path(where)
+    while not disk.exists():  # a directory still to create: its disk is its nearest existing parent's
+        disk = disk.parent
+    free = shutil.disk_usage(disk).free
+    if need > free:
+        raise ForesightError(f"{what} will write about {need / 1e9:.3g} GB under {where}, but only "
+                             f"{free / 1e9:.3g} GB is free there; {remedy}")
+
+
 def trace_identity(input_ids, labels: TraceLabels) -> str:
     """What a trace's cached events were computed from: its token ids and the oracle's evictions (the golden
     trajectory the replay followed). A trace regenerated under the same id, or relabelled differently, gets
@@ -138,6 +161,9 @@ class FeatureCache:
     def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
                  dtype: str):
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
+        #: feature columns of a file: every group (``FEATURE_GROUPS``)
+        self.width = feature_dim(tuple(FEATURE_GROUPS), int(fingerprint["head_dim"]),
+                                 int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"]))
         blob = json.dumps([fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT],
                           sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
@@ -150,8 +176,13 @@ class FeatureCache:
     def extract(self, model, rows: list[dict], labels: dict, dist, batch_size: int = 1) -> None:
         """Replay this rank's share of ``rows`` without an up-to-date file (none, or one computed from other
         tokens or other golden evictions: :func:`trace_identity`) and save their events (collective)."""
-        todo = [r for r in rows[dist.rank :: dist.world_size]
-                if saved_identity(self.file(r["trace_id"])) != trace_identity(r["input_ids"], labels[r["trace_id"]])]
+        stale = [r for r in rows
+                 if saved_identity(self.file(r["trace_id"])) != trace_identity(r["input_ids"], labels[r["trace_id"]])]
+        check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.width, getattr(torch, self.dtype))
+                                       for r in stale),
+                         f"the feature cache ({len(stale)} trace files)", "free disk space or point feature_cache "
+                         "at a larger disk (files already extracted are kept)")
+        todo = stale[dist.rank :: dist.world_size]
         bar = tqdm(total=len(todo), desc="features", unit="trace", disable=not (dist.is_main and todo),
                    dynamic_ncols=True)
         for s0 in range(0, len(todo), batch_size):
