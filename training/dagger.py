@@ -137,10 +137,10 @@ def rows_bytes(task, golden: dict, cfg, rounds, reuse: bool = True) -> tuple[int
 def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
     each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64)."""
-    rounds = list(rounds)
+    rounds = [r for r in rounds if rows_bytes(task, golden, cfg, [r], reuse)[1]]  # those with rows still to record
     need, traces = rows_bytes(task, golden, cfg, rounds, reuse)
     if traces:
-        which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {rounds[0]}-{rounds[-1]}"
+        which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {', '.join(map(str, rounds))}"
         check_free_space(round_dir(cfg.out_dir, rounds[0]).parent, need,
                          f"dagger_rounds: {which} ({traces} rows files)",
                          "free disk space or lower dagger_rounds (recorded rows are kept)")
