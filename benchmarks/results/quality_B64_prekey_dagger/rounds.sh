@@ -5,7 +5,9 @@
 # ../quality_B64_prekey/ev_held_prekey), and the last round's scorer sampled (T=0.003). Needs the recipe's traces,
 # labels and feature cache (`HELDOUT=48 bash benchmarks/quality/recipe.sh` up to its SL stage). Every stage skips
 # what exists and training resumes where it stopped: stop it after any round (session 24 stopped after round 2,
-# about 50 min a round) and evaluate the rounds that are done with ROUNDS_DONE="1 2".
+# about 50 min a round) and evaluate the rounds that are done with ROUNDS_DONE="1 2". Each round's rows take 19.7 GB:
+# session 25 trained round 3, stopped before round 4 (its disk held the feature cache and three rounds; `train sl`
+# now refuses a round that will not fit, before any work) and ran ROUNDS_DONE="1 2 3".
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; SL=$E/sl_B64_W16_prekey_r4; B=64; W=16
