@@ -137,8 +137,9 @@ def rows_bytes(task, golden: dict, cfg, rounds, reuse: bool = True) -> tuple[int
 def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
     each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64)."""
-    rounds = [r for r in rounds if rows_bytes(task, golden, cfg, [r], reuse)[1]]  # those with rows still to record
-    need, traces = rows_bytes(task, golden, cfg, rounds, reuse)
+    per_round = {r: rows_bytes(task, golden, cfg, [r], reuse) for r in rounds}
+    rounds = [r for r, (_, traces) in per_round.items() if traces]  # those with rows still to record
+    need, traces = (sum(v[i] for v in per_round.values()) for i in (0, 1))
     if traces:
         which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {', '.join(map(str, rounds))}"
         check_free_space(round_dir(cfg.out_dir, rounds[0]).parent, need,
