@@ -28,10 +28,9 @@ from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory, parse_policies, parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
 from foresight.errors import ForesightError, run_script
-from foresight.fingerprint import file_sha256
 from foresight.models import load_model
 from foresight.policies import make_policy
-from foresight.scorer import WEIGHTS_NAME, resolve_scorer
+from foresight.scorer import resolve_scorer, scorer_sha256
 from training.adapt import base_model_traces, longer_than
 
 
@@ -71,7 +70,7 @@ def _check_inputs(args, policies: list[str]) -> dict:
     if "learned" in policies:
         if not args.scorer:
             raise ForesightError("--scorer is required with the learned policy")
-        sha = file_sha256(resolve_scorer(args.scorer) / WEIGHTS_NAME)
+        sha = scorer_sha256(args.scorer)
         if meta.get("scorer_sha256") not in (None, sha) and not args.other_scorer:
             raise ForesightError(f"--scorer {args.scorer} is not the scorer the adapter was trained under "
                                  f"({meta.get('scorer')}); pass --other-scorer to measure a transfer")
@@ -150,7 +149,7 @@ def main(argv=None) -> int:
                                                                       "scorer_sha256")},
                        "traces": str(args.traces), "num_traces": len(rows), "policies": policies,
                        "scorer": args.scorer, "adapted_scorer": args.adapted_scorer,
-                       "adapted_scorer_sha256": file_sha256(resolve_scorer(args.adapted_scorer) / WEIGHTS_NAME)
+                       "adapted_scorer_sha256": scorer_sha256(args.adapted_scorer)
                        if args.adapted_scorer else None, "budget": args.budget, "interval": args.interval,
                        "sinks": args.sinks, "policy_kwargs": kwargs, "minutes": round((time.time() - t0) / 60, 1)},
               "metrics": metrics, "base": list(base_recs.values()), "adapted": list(adapted.values())}

@@ -14,8 +14,7 @@ import argparse
 from pathlib import Path
 
 from foresight.errors import ForesightError, run_script
-from foresight.fingerprint import file_sha256
-from foresight.scorer import WEIGHTS_NAME, Scorer, resolve_scorer
+from foresight.scorer import Scorer, scorer_sha256
 
 
 def main(argv=None) -> int:
@@ -29,7 +28,7 @@ def main(argv=None) -> int:
     if out.exists():
         raise ForesightError(f"--out {out} exists; choose a new directory")
     scorers = [Scorer.from_pretrained(m) for m in args.members]  # each checked (files, finite weights)
-    provenance = {"average_of": [{"scorer": m, "sha256": file_sha256(resolve_scorer(m) / WEIGHTS_NAME)}
+    provenance = {"average_of": [{"scorer": m, "sha256": scorer_sha256(m)}
                                  for m in args.members]}
     avg = Scorer.average(scorers, provenance=provenance)
     avg.save_pretrained(out)

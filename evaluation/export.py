@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -242,9 +243,38 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
+def _set_temperature(scorer, temperature: float | None) -> None:
+    """Record the ``selection=sample`` temperature in the exported config; refuses a non-positive or non-finite one,
+    and one that differs from a temperature the scorer already records (GRPO's, which it was trained with)."""
+    if temperature is None:
+        return
+    t = float(temperature)
+    if not (math.isfinite(t) and t > 0):
+        raise ForesightError(f"--temperature {temperature}: must be a finite number > 0")
+    old = scorer.config.temperature
+    if old is not None and float(old) != t:
+        raise ForesightError(f"--temperature {temperature}: the scorer already records temperature {old:g} (the one "
+                             "its sampled evictions were trained with); export it without --temperature")
+    scorer.config.temperature = t
+
+
+def _add_notes(prov: dict, notes: dict[str, str] | None) -> None:
+    """Add ``notes`` (provenance key -> text) to ``prov``; refuses an empty key and one the provenance already has."""
+    for key, text in (notes or {}).items():
+        if not key or not key.strip():
+            raise ForesightError(f"--note {key}={text}: the key is empty")
+        if key in prov:
+            raise ForesightError(f"--note {key}: the scorer's provenance already records {key}; choose another key")
+        prov[key] = text
+
+
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
-                  atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None) -> dict:
+                  atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
+                  temperature: float | None = None, notes: dict[str, str] | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
+
+    ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
+    e.g. SL + DAgger); ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
     format and described in the model card (:mod:`evaluation.export_adapter`).
@@ -262,7 +292,9 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     out = Path(out)
     _check_out(out, scorer_dir, overwrite)
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
+    _set_temperature(scorer, temperature)
     prov = dict(scorer.config.provenance or {})
+    _add_notes(prov, notes)
     prov.setdefault("exported_from", str(scorer_dir.resolve()))
     prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     prov["foresightkv_version"] = __version__

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
-from foresight.fingerprint import check_same_model
+from foresight.fingerprint import check_same_model, file_sha256
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -49,6 +49,15 @@ def resolve_scorer(path_or_name: str | Path) -> Path:
     if path.exists():
         return path
     return shipped_scorers().get(str(path_or_name), path)
+
+
+def scorer_sha256(path_or_name: str | Path) -> str:
+    """SHA-256 of a scorer's weights file (a directory or a shipped short name), the identity results record:
+    a short name may later point at newer weights."""
+    weights = resolve_scorer(path_or_name) / WEIGHTS_NAME
+    if not weights.is_file():
+        raise ForesightError(f"scorer {path_or_name}: no {WEIGHTS_NAME} in {weights.parent}")
+    return file_sha256(weights)
 
 
 class ScorerMismatchError(ForesightError):

@@ -104,3 +104,52 @@ def test_export_errors(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert main(["export", str(tmp_path / "empty"), "--out", str(tmp_path / "o")]) == 2
     assert "holds no scorer" in capsys.readouterr().err
+
+
+def test_export_records_temperature_and_notes(scorer_dir, tmp_path, capsys):
+    from foresight.policies import make_policy
+    from foresight.scorer import Scorer
+
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--temperature", "0.003",
+                 "--note", "recipe=recipe.sh, 3 rounds", "--note", "temperature_note=chosen on validation"]) == 0
+    exp = Scorer.from_pretrained(out)
+    assert exp.config.temperature == 0.003
+    assert exp.config.provenance["recipe"] == "recipe.sh, 3 rounds"
+    assert exp.config.provenance["temperature_note"] == "chosen on validation"
+    card = (out / "README.md").read_text()
+    assert "- recipe: `recipe.sh, 3 rounds`" in card
+    # the recorded temperature is what selection=sample uses when none is given
+    assert make_policy("learned", scorer=str(out), selection="sample").sampling_temperature == 0.003
+    assert (out / "model.safetensors").read_bytes() == (scorer_dir / "scorer" / "model.safetensors").read_bytes()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--temperature", "0"], "--temperature 0.0: must be a finite number > 0"),
+    (["--temperature", "nan"], "must be a finite number > 0"),
+    (["--temperature", "inf"], "must be a finite number > 0"),
+    (["--note", "recipe"], "--note recipe: expected KEY=TEXT"),
+    (["--note", "=text"], "the key is empty"),
+    (["--note", "a=1", "--note", "a=2"], "--note a: given twice"),
+    (["--note", "trainer=grpo"], "--note trainer: the scorer's provenance already records trainer"),
+])
+def test_export_refuses_bad_temperature_and_notes(scorer_dir, tmp_path, capsys, args, message):
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()  # nothing written
+
+
+def test_export_keeps_a_trained_temperature(scorer_dir, tmp_path, capsys):
+    from foresight.scorer import Scorer
+
+    src = scorer_dir / "scorer"
+    scorer = Scorer.from_pretrained(src)
+    scorer.config.temperature = 0.5  # as GRPO records the temperature it trained with
+    scorer.save_config(src)
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--temperature", "0.003"]) == 2
+    assert "already records temperature 0.5" in capsys.readouterr().err and not out.exists()
+    assert main(["export", str(scorer_dir), "--out", str(out), "--temperature", "0.5"]) == 0
+    assert Scorer.from_pretrained(out).config.temperature == 0.5

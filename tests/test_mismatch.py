@@ -6,6 +6,7 @@ expects a one-line :class:`ForesightError` (exit 2 on the command line) naming t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pickle
 from pathlib import Path
@@ -197,6 +198,12 @@ def test_eval_fidelity_refuses_a_scorer_of_another_budget_before_any_output(llam
     assert rc == 2 and len(err.splitlines()) == 1
     assert f"policy 'learned': scorer {llama_scorer} was trained at B={B} W={W}, not B={2 * B} W={W}" in err
     assert not (tmp_path / "fid").exists()
+    # the right budget runs, and records which weights it measured (a short name may later point at others)
+    assert main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(data["traces"]), "--policies",
+                 "learned", "--scorer", str(llama_scorer), "--budget", str(B), "--interval", str(W),
+                 "--out", str(tmp_path / "fid"), "--quiet"]) == 0
+    settings = json.loads((tmp_path / "fid" / "settings.json").read_text())
+    assert settings["scorer_sha256"] == hashlib.sha256((llama_scorer / "model.safetensors").read_bytes()).hexdigest()
 
 
 def test_grpo_refuses_traces_of_another_model(llama_scorer, tmp_path):

@@ -263,6 +263,53 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
                    "--out", str(tmp_path / "missing" / "card.json")])
 
 
+def test_card_takes_golden_and_best_from_a_reference_run_for_eval_fidelity_stages(tmp_path, capsys):
+    card = _run_module("card")
+    ratios = {"a": 1.2, "b": 1.3}
+
+    def ev(name: str, selection: str, settings: dict) -> str:  # a `foresight eval fidelity` run of one scorer
+        d = tmp_path / name
+        d.mkdir()
+        rec = {**_rec("learned", ratios), "tokens": 100, "ce_full": 0.5,
+               "policy_config": {"selection": selection, "temperature": 0.003 if selection == "sample" else 1.0}}
+        (d / "fidelity.json").write_text(json.dumps([rec]))
+        (d / "settings.json").write_text(json.dumps({"model": "m", **settings}))
+        return f"{d / 'fidelity.json'}:learned"
+
+    def ref(name: str, tokens: int = 100, trace_ids=("a", "b")) -> str:  # a quality benchmark on the same traces
+        recs = [_rec("golden", dict(zip(trace_ids, (1.0, 1.1)))), _rec("h2o", dict(zip(trace_ids, (1.7, 1.8)))),
+                _rec("tova", dict(zip(trace_ids, (1.5, 1.6))))]
+        for r in recs:
+            r.update(tokens=tokens, ce_full=0.5)
+        path = tmp_path / name
+        path.write_text(json.dumps({"meta": {"model": "m"}, "records": recs,
+                                    "summaries": [{"budget": 16, "interval": 4, "best_heuristic": "tova"}]}))
+        return str(path)
+
+    topk, sample = ev("t", "topk", {"scorer_sha256": "aa"}), ev("s", "sample", {"scorer_sha256": "aa"})
+    with pytest.raises(ForesightError, match="no quality summary with a best heuristic.*--reference"):
+        card.card_records(topk, sample, 16, 4)
+    out = tmp_path / "card.json"
+    assert card.main(["--topk", topk, "--sample", sample, "--reference", ref("q.json"), "--budget", "16",
+                      "--interval", "4", "--out", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert [r["policy"] for r in got] == ["golden", "learned (this scorer, top-k)", "tova",
+                                          "learned (this scorer, selection=sample T=0.003)"]
+    assert [r["loss_ratio"] for r in got] == [1.05, 1.25, 1.55, 1.25]
+    assert got[1]["source"] == topk.rpartition(":")[0] and got[3]["stage"] == "learned"
+    with pytest.raises(ForesightError, match="different scored tokens"):
+        card.card_records(topk, sample, 16, 4, reference=ref("q2.json", tokens=90))
+    with pytest.raises(ForesightError, match="different traces"):
+        card.card_records(topk, sample, 16, 4, reference=ref("q3.json", trace_ids=("a", "c")))
+    with pytest.raises(ForesightError, match=r"not recorded as the same scorer \(aa vs bb\)"):
+        card.card_records(topk, ev("s2", "sample", {"scorer_sha256": "bb"}), 16, 4, reference=ref("q.json"))
+    # runs older than the SHA-256 record: the same scorer directory at least
+    old_t, old_s = ev("ot", "topk", {"scorer": "runs/x/scorer"}), ev("os", "sample", {"scorer": "runs/x/scorer"})
+    assert len(card.card_records(old_t, old_s, 16, 4, reference=ref("q.json"))) == 4
+    with pytest.raises(ForesightError, match="not recorded as the same scorer"):
+        card.card_records(old_t, ev("os2", "sample", {"scorer": "runs/y/scorer"}), 16, 4, reference=ref("q.json"))
+
+
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):
     summarise = _run_module("summarise")
     recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]

@@ -6,12 +6,18 @@ scorer's top-k stage, that stage, and the same scorer's sampled stage (often a s
 selection=sample``). The two learned records are relabelled so the card says which rows are this scorer; each keeps
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
-CE); anything else is refused.
+CE); anything else is refused. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``)
+take golden and the best heuristic from ``--reference``, a quality benchmark run on the same traces.
 
     python benchmarks/quality/card.py --budget 64 --interval 16 \\
         --topk benchmarks/results/quality_B64_recipe336/quality.json:dagger \\
         --sample benchmarks/results/quality_B64_recipe336/sampled/quality.json:dagger_sample \\
         --out benchmarks/results/quality_B64_recipe336/card_fidelity.json
+    python benchmarks/quality/card.py --budget 64 --interval 16 \\
+        --topk benchmarks/results/quality_B64_prekey_dagger/ev_held_r3/fidelity.json:learned \\
+        --sample benchmarks/results/quality_B64_prekey_dagger/ev_held_r3_sample/fidelity.json:learned \\
+        --reference benchmarks/results/quality_B64_recipe336/quality.json \\
+        --out benchmarks/results/quality_B64_prekey_dagger/card_fidelity.json
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import argparse
 import json
 from pathlib import Path
 
-from evaluation.quality import check_comparable, load_record
+from evaluation.quality import check_comparable, load_record, same_traces
 from foresight.errors import ForesightError, run_script
 
 
@@ -32,17 +38,48 @@ def _selection(record: dict, spec: str) -> tuple[str, float]:
     return cfg["selection"], float(cfg["temperature"])
 
 
-def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -> list[dict]:
-    """golden, the best heuristic, the top-k stage and the sampled stage, relabelled (see the module docstring)."""
+def _scorer_identity(meta: dict, stage: str, budget: int, interval: int) -> tuple[str | None, str | None]:
+    """(weights SHA-256, scorer directory) a run recorded for ``stage``: a quality.json's per-stage maps, or the
+    one scorer of a ``foresight eval fidelity`` run's settings.json. Older runs record no SHA-256."""
+    key = f"{stage}@B{budget}W{interval}"
+    sha, where = meta.get("scorer_sha256"), meta.get("scorers")
+    if isinstance(sha, dict) or isinstance(where, dict):
+        return (sha or {}).get(key), (where or {}).get(key)
+    return sha, meta.get("scorer")
+
+
+def _golden_and_best(run_file: str, budget: int, interval: int) -> tuple[dict, list[dict]]:
+    """(meta, [golden, best heuristic]) of the quality benchmark run ``run_file`` at (budget, interval)."""
+    try:
+        data = json.loads(Path(run_file).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ForesightError(f"{run_file}: not a readable quality.json ({exc})") from None
+    summaries = data.get("summaries", []) if isinstance(data, dict) else []
+    summary = next((s for s in summaries if (s.get("budget"), s.get("interval")) == (budget, interval)), None)
+    if summary is None or not summary.get("best_heuristic"):
+        raise ForesightError(f"{run_file}: no quality summary with a best heuristic at B={budget} W={interval} "
+                             "(a fidelity.json stage takes them from --reference, a quality.json on the same traces)")
+    best = summary["best_heuristic"]
+    at = [r for r in data["records"] if (r.get("budget"), r.get("interval")) == (budget, interval)]
+    keep = [next((r for r in at if r.get("policy") == name), None) for name in ("golden", best)]
+    if None in keep:
+        raise ForesightError(f"{run_file}: no golden or {best} record at B={budget} W={interval}")
+    return data.get("meta") or {}, keep
+
+
+def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
+                 reference: str | None = None) -> list[dict]:
+    """golden, the best heuristic, the top-k stage and the sampled stage, relabelled (see the module docstring);
+    golden and the best heuristic come from ``reference`` when given, else from the top-k stage's run."""
     meta_t, topk = load_record(topk_spec, budget, interval)
     meta_s, sample = load_record(sample_spec, budget, interval)
     topk_file, _, topk_stage = topk_spec.rpartition(":")
     sample_file, _, sample_stage = sample_spec.rpartition(":")
     check_comparable(meta_t, topk, meta_s, sample, topk_spec, sample_spec)
-    key_t, key_s = f"{topk_stage}@B{budget}W{interval}", f"{sample_stage}@B{budget}W{interval}"
-    sha_t, sha_s = (meta_t.get("scorer_sha256") or {}).get(key_t), (meta_s.get("scorer_sha256") or {}).get(key_s)
-    if sha_t is None or sha_s is None:  # runs from before quality.json recorded weights: the same directory at least
-        sha_t, sha_s = (meta_t.get("scorers") or {}).get(key_t), (meta_s.get("scorers") or {}).get(key_s)
+    (sha_t, dir_t), (sha_s, dir_s) = (_scorer_identity(meta_t, topk_stage, budget, interval),
+                                      _scorer_identity(meta_s, sample_stage, budget, interval))
+    if sha_t is None or sha_s is None:  # runs from before results recorded weights: the same directory at least
+        sha_t, sha_s = dir_t, dir_s
     if sha_t is None or sha_t != sha_s:
         raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
     (topk_selection, _), (selection, temperature) = _selection(topk, topk_spec), _selection(sample, sample_spec)
@@ -50,22 +87,13 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int) -
         raise ForesightError(f"{topk_spec}: measured with selection={topk_selection}, not topk")
     if selection != "sample":
         raise ForesightError(f"{sample_spec}: measured with selection={selection}, not sample")
-    data = json.loads(Path(topk_file).read_text())
-    summary = next((s for s in data.get("summaries", []) if (s.get("budget"), s.get("interval")) == (budget, interval)),
-                   None)
-    if summary is None or not summary.get("best_heuristic"):
-        raise ForesightError(f"{topk_file}: no summary with a best heuristic at B={budget} W={interval}")
-    best = summary["best_heuristic"]
-    keep = []
-    for r in data["records"]:  # the run's order: golden, the stages, the heuristics
-        if (r.get("budget"), r.get("interval")) != (budget, interval):
-            continue
-        if r.get("policy") in ("golden", best):
-            keep.append(r)
-        elif r.get("policy") == topk_stage:
-            keep.append({**r, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file})
-    if len(keep) != 3:
-        raise ForesightError(f"{topk_file}: no golden or {best} record at B={budget} W={interval}")
+    meta_r, (golden, best) = _golden_and_best(reference or topk_file, budget, interval)
+    if reference:
+        for r in (golden, best):
+            name = f"{reference}:{r['policy']}"
+            check_comparable(meta_r, r, meta_t, topk, name, topk_spec)
+            same_traces(r, topk, name, topk_spec)
+    keep = [golden, {**topk, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file}, best]
     keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={temperature:g})",
                  "stage": sample_stage, "source": sample_file})
     return keep
@@ -77,9 +105,12 @@ def main(argv=None) -> int:
     p.add_argument("--sample", required=True, help="FILE:STAGE of the same scorer measured with selection=sample")
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--interval", type=int, required=True)
+    p.add_argument("--reference", default=None, metavar="FILE",
+                   help="quality.json on the same traces to take golden and the best heuristic from (default: the "
+                        "--topk run's)")
     p.add_argument("--out", required=True, help="card_fidelity.json to write (for foresight export --fidelity)")
     args = p.parse_args(argv)
-    records = card_records(args.topk, args.sample, args.budget, args.interval)
+    records = card_records(args.topk, args.sample, args.budget, args.interval, args.reference)
     try:
         Path(args.out).write_text(json.dumps(records, indent=1))
     except OSError as exc:

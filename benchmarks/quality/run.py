@@ -35,8 +35,7 @@ from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
 from foresight.errors import ForesightError, run_script  # noqa: E402
 from foresight.models import load_model  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
-from foresight.fingerprint import file_sha256  # noqa: E402
-from foresight.scorer import WEIGHTS_NAME, Scorer, resolve_scorer  # noqa: E402
+from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
 
 HEURISTICS = ["random", "streaming_llm", "h2o", "tova", "snapkv", "rkv", "keydiff", "lazy", "paged"]
@@ -119,7 +118,7 @@ def main(argv=None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     stages, dirs = _stage_dirs(args.scorer)
     # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
-    scorer_sha256 = {f"{s}@B{b}W{w}": file_sha256(resolve_scorer(d) / WEIGHTS_NAME) for (s, b, w), d in dirs.items()}
+    sha256 = {f"{s}@B{b}W{w}": scorer_sha256(d) for (s, b, w), d in dirs.items()}
     clash = sorted(set(stages) & {*policies, "golden"})
     if clash:
         raise ForesightError(f"--scorer: a stage may not be named like a policy ({', '.join(clash)})")
@@ -165,7 +164,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "traces": args.traces,
             "scorers": {f"{s}@B{b}W{w}": d for (s, b, w), d in dirs.items()},
-            "scorer_sha256": scorer_sha256,
+            "scorer_sha256": sha256,
             "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v},
             "seconds": round(time.time() - started, 1), "resumed": resumed}
     (out / "quality.json").write_text(json.dumps({"meta": meta, "summaries": summaries, "records": raw}, indent=1))

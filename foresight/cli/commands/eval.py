@@ -74,6 +74,7 @@ def run_fidelity(args) -> int:
     from evaluation.policies import check_requirements, make_factory, parse_budgets, parse_policies
     from evaluation.report import write_fidelity_outputs
     from foresight.errors import ForesightError
+    from foresight.scorer import scorer_sha256
     from golden.traces import load_traces
 
     names = parse_policies(args.policies)
@@ -100,6 +101,8 @@ def run_fidelity(args) -> int:
         skipped.append(f"skipped {name} at B={budget}: {why}")
         print(f"note: {skipped[-1]}", file=sys.stderr)
 
+    # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
+    scorer_sha = scorer_sha256(args.scorer) if args.scorer else None
     out = Path(args.out)
     journal = out / "fidelity.partial.jsonl"  # a killed run resumes from it; deleted once the results are written
     records = evaluate_fidelity(
@@ -122,7 +125,7 @@ def run_fidelity(args) -> int:
     settings = {
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
-        "golden": args.golden, "fingerprint": foresight.model_fingerprint(model), "skipped": skipped,
+        "scorer_sha256": scorer_sha, "golden": args.golden, "fingerprint": foresight.model_fingerprint(model), "skipped": skipped,
     }
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
     md = write_fidelity_outputs(records, out, notes=notes, settings=settings)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from foresight.errors import ForesightError
+
 
 def register(sub) -> None:
     p = sub.add_parser("export", help="export a trained scorer: config.json, model.safetensors, README, ONNX")
@@ -11,16 +13,33 @@ def register(sub) -> None:
     p.add_argument("--fidelity", default=None, help="fidelity.json (or its directory) to quote in the model card")
     p.add_argument("--adapter", default=None, metavar="DIR",
                    help="also export this peft adapter (a `foresight train adapt` output or adapter dir) to OUT/adapter")
+    p.add_argument("--temperature", type=float, default=None, metavar="T",
+                   help="record T as the scorer's selection=sample temperature (a scorer trained without one)")
+    p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
+                   help="add KEY: TEXT to the exported provenance and model card (repeatable)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing, non-empty --out directory as a whole (refused otherwise)")
     p.set_defaults(func=run)
+
+
+def _notes(items: list[str]) -> dict[str, str]:
+    """``KEY=TEXT`` arguments as a dict; refuses one without ``=`` and a key given twice."""
+    notes: dict[str, str] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq:
+            raise ForesightError(f"--note {item}: expected KEY=TEXT")
+        if key in notes:
+            raise ForesightError(f"--note {key}: given twice")
+        notes[key] = text
+    return notes
 
 
 def run(args) -> int:
     from evaluation.export import export_scorer
 
     res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
-                        adapter=args.adapter)
+                        adapter=args.adapter, temperature=args.temperature, notes=_notes(args.note))
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["adapter"]:
         a = res["adapter"]
