@@ -11,9 +11,9 @@ policy, B and W it was trained under (:mod:`evaluation.export_adapter`).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -248,14 +248,15 @@ def _set_temperature(scorer, temperature: float | None) -> None:
     and one that differs from a temperature the scorer already records (GRPO's, which it was trained with)."""
     if temperature is None:
         return
-    t = float(temperature)
-    if not (math.isfinite(t) and t > 0):
-        raise ForesightError(f"--temperature {temperature}: must be a finite number > 0")
+    try:  # the config validates its own fields
+        config = dataclasses.replace(scorer.config, temperature=float(temperature))
+    except ValueError as exc:
+        raise ForesightError(f"--temperature {temperature}: {exc}") from None
     old = scorer.config.temperature
-    if old is not None and float(old) != t:
+    if old is not None and float(old) != config.temperature:
         raise ForesightError(f"--temperature {temperature}: the scorer already records temperature {old:g} (the one "
                              "its sampled evictions were trained with); export it without --temperature")
-    scorer.config.temperature = t
+    scorer.config = config
 
 
 def _add_notes(prov: dict, notes: dict[str, str] | None) -> None:

@@ -104,8 +104,8 @@ class ScorerConfig:
             raise ValueError(f"need 0 < interval < budget, got budget={self.budget} interval={self.interval}")
         if self.hidden <= 0:
             raise ValueError(f"hidden must be positive, got {self.hidden}")
-        if self.temperature is not None and not float(self.temperature) > 0:
-            raise ValueError(f"temperature must be > 0 (or null), got {self.temperature}")
+        if self.temperature is not None and not (math.isfinite(float(self.temperature)) and self.temperature > 0):
+            raise ValueError(f"temperature must be a finite number > 0 (or null), got {self.temperature}")
         self.feature_set = check_feature_set(self.feature_set)
 
     @property

@@ -125,7 +125,7 @@ def test_export_records_temperature_and_notes(scorer_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--temperature", "0"], "--temperature 0.0: must be a finite number > 0"),
+    (["--temperature", "0"], "--temperature 0.0: temperature must be a finite number > 0"),
     (["--temperature", "nan"], "must be a finite number > 0"),
     (["--temperature", "inf"], "must be a finite number > 0"),
     (["--note", "recipe"], "--note recipe: expected KEY=TEXT"),

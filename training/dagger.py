@@ -139,7 +139,8 @@ def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
     each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64)."""
     per_round = {r: rows_bytes(task, golden, cfg, [r], reuse) for r in rounds}
     rounds = [r for r, (_, traces) in per_round.items() if traces]  # those with rows still to record
-    need, traces = (sum(v[i] for v in per_round.values()) for i in (0, 1))
+    need = sum(n for n, _ in per_round.values())
+    traces = sum(t for _, t in per_round.values())
     if traces:
         which = f"round {rounds[0]}" if len(rounds) == 1 else f"rounds {', '.join(map(str, rounds))}"
         check_free_space(round_dir(cfg.out_dir, rounds[0]).parent, need,

@@ -125,7 +125,8 @@ def run_fidelity(args) -> int:
     settings = {
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
-        "scorer_sha256": scorer_sha, "golden": args.golden, "fingerprint": foresight.model_fingerprint(model), "skipped": skipped,
+        "scorer_sha256": scorer_sha, "golden": args.golden, "fingerprint": foresight.model_fingerprint(model),
+        "skipped": skipped,
     }
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
     md = write_fidelity_outputs(records, out, notes=notes, settings=settings)
