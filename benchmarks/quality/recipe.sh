@@ -4,12 +4,16 @@
 # quality benchmark (every heuristic, golden, SL, SL+DAgger) on the held-out traces -> the scorer exported.
 # Every stage resumes when rerun (kill it at any point and run the same command again).
 #
-#   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems
+#   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems: the packaged scorer's
+#                                                     # recipe (pre-RoPE keys, SL + three DAgger rounds)
 #   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
-#   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 2-round run: trains rounds 3 and 4 only
-#   FEATURES=prekey,value,attn,age bash benchmarks/quality/recipe.sh   # another feature set (its own SL and
-#                                                     # benchmark directories; traces, labels and features reused)
+#   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 3-round run: trains round 4 only
+#   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # sessions 11-12's recipe (post-RoPE
+#                                                     # keys; its SL and benchmark directories carry no feature tag)
+#
+# A DAgger round records rows of 20 GB (B=64, 328 traces; `train sl` refuses a round that will not fit, before any
+# work) and takes about 50 min on this machine; the three rounds are most of the wall clock.
 #
 # Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
 # one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
@@ -22,9 +26,9 @@ W=${W:-16}
 TRAIN=${TRAIN:-0}        # 0: every finished training trace
 HELDOUT=${HELDOUT:-64}
 STEPS=${STEPS:-2400}
-ROUNDS=${ROUNDS:-2}
-FEATURES=${FEATURES:-key,value,attn,age}   # the scorer's feature groups (foresight.feature_groups)
-TAG=""; [ "$FEATURES" != key,value,attn,age ] && TAG="_${FEATURES//,/-}"
+ROUNDS=${ROUNDS:-3}
+FEATURES=${FEATURES:-prekey,value,attn,age}   # the scorer's feature groups (foresight.feature_groups)
+TAG=""; [ "$FEATURES" != key,value,attn,age ] && TAG="_${FEATURES//,/-}"   # no tag: the first recipe's directories
 export OMP_NUM_THREADS=1
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 
