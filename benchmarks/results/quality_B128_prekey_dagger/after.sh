@@ -5,10 +5,9 @@
 # Then this script, which needs only the trained scorers: every heuristic and golden on these traces are in the
 # packaged scorer's run (../quality_B128_recipe336/quality.json: traces regenerated on a new machine reproduce it to
 # four decimals, and compare.py refuses other tokens or CE), so the recipe's own benchmark stage is not needed.
-# Learned-only fidelity of the final scorer (top-k and sampled at T=0.003) and of round 0 on the 47 benchmark
-# traces, and of the final scorer on the 16 unused held-out problems; each paired per trace against the packaged
-# B=128 scorer (quality.json:dagger, sampled/quality.json:dagger_sample, extra16/quality.json:recipe /
-# recipe_sample) and the final against round 0, gap = tova -> golden of that run. ROUNDS_TOO=1 adds rounds 1-2.
+# Learned-only fidelity of the final scorer (top-k and sampled at T=0.003) on the 47 benchmark traces and on the 16
+# unused held-out problems, each paired per trace against the packaged B=128 scorer (quality.json:dagger,
+# sampled/quality.json:dagger_sample, extra16/quality.json:recipe / recipe_sample), gap = tova -> golden of that run. ROUNDS_TOO=1 adds rounds 0-2 (top-k), each paired with the last.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; B=128; W=32
@@ -23,7 +22,6 @@ ev() {  # ev OUT TRACES SCORER [extra args]: learned-only fidelity at B/W
 S="--policy-arg selection=sample --policy-arg temperature=0.003"
 ev $E/ev128_prekey $E/heldout_traces $SL/scorer
 ev $E/ev128_prekey_sample $E/heldout_traces $SL/scorer $S
-ev $E/ev128_prekey_r0 $E/heldout_traces $SL/rounds/round-0/scorer
 [ -d $X ] || { tail -16 $E/split/heldout.jsonl > $E/split/heldout_extra16.jsonl; OMP_NUM_THREADS=2 $PY -m foresight \
     trace --model smollm2-135m --data $E/split/heldout_extra16.jsonl --max-new-tokens 512 --batch-size 16 --seed 0 --out $X; }
 ev $E/ev128_x16_prekey $X $SL/scorer
@@ -32,11 +30,12 @@ C="$PY benchmarks/quality/compare.py"; L=fidelity.json:learned
 G="--budget $B --interval $W --gap $P/quality.json:tova"
 $C $E/ev128_prekey/$L $P/quality.json:dagger $G                             # top-k vs packaged
 $C $E/ev128_prekey_sample/$L $P/sampled/quality.json:dagger_sample $G       # sampled vs packaged
-$C $E/ev128_prekey/$L $E/ev128_prekey_r0/$L $G                              # three rounds vs SL (round 0)
 G="--budget $B --interval $W --gap $P/extra16/quality.json:tova"
 $C $E/ev128_x16_prekey/$L $P/extra16/quality.json:recipe $G
 $C $E/ev128_x16_prekey_sample/$L $P/extra16/quality.json:recipe_sample $G
 [ -n "${ROUNDS_TOO:-}" ] || exit 0
-G="--budget $B --interval $W --gap $P/quality.json:tova"; prev=$E/ev128_prekey_r0
+G="--budget $B --interval $W --gap $P/quality.json:tova"; ev $E/ev128_prekey_r0 $E/heldout_traces $SL/rounds/round-0/scorer
+prev=$E/ev128_prekey_r0
 for r in 1 2; do ev $E/ev128_prekey_r$r $E/heldout_traces $SL/rounds/round-$r/scorer
   $C $E/ev128_prekey_r$r/$L $prev/$L $G; prev=$E/ev128_prekey_r$r; done
+$C $E/ev128_prekey/$L $prev/$L $G
