@@ -7,7 +7,8 @@
 # four decimals, and compare.py refuses other tokens or CE), so the recipe's own benchmark stage is not needed.
 # Learned-only fidelity of the final scorer (top-k and sampled at T=0.003) on the 47 benchmark traces and on the 16
 # unused held-out problems, each paired per trace against the packaged B=128 scorer (quality.json:dagger,
-# sampled/quality.json:dagger_sample, extra16/quality.json:recipe / recipe_sample), gap = tova -> golden of that run. ROUNDS_TOO=1 adds rounds 0-2 (top-k), each paired with the last.
+# sampled/quality.json:dagger_sample, extra16/quality.json:recipe / recipe_sample), gap = tova -> golden of that run.
+# ROUNDS_TOO=1 adds rounds 0-2 (top-k), each paired with the round before it, and the final with round 2.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; B=128; W=32
