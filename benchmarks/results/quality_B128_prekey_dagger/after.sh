@@ -14,29 +14,31 @@ cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; B=128; W=32
 SL=$E/sl_B${B}_W${W}_prekey-value-attn-age
 P=benchmarks/results/quality_B128_recipe336; X=$E/heldout_extra16_traces
-[ -f $SL/scorer/config.json ] || { echo "$SL/scorer: run the recipe's SL stage first (see the header)" >&2; exit 2; }
+F=${F:-$SL/scorer}   # the scorer measured: the final one, or F=$SL/rounds/round-R/scorer for a finished round
+[ -f $F/config.json ] || { echo "$F: run the recipe's SL stage first (see the header)" >&2; exit 2; }
+x=""; case $F in */rounds/round-*/scorer) x=${F%/scorer}; x=_r${x##*round-};; esac   # a round's runs: _rR
 ev() {  # ev OUT TRACES SCORER [extra args]: learned-only fidelity at B/W
   local out=$1 traces=$2 scorer=$3; shift 3
   [ -f $out/fidelity.json ] || OMP_NUM_THREADS=2 $PY -m foresight eval fidelity --model smollm2-135m --traces $traces \
     --policies learned --scorer $scorer --budget $B --interval $W --batch-size 4 --out $out --quiet "$@"
 }
 S="--policy-arg selection=sample --policy-arg temperature=0.003"
-ev $E/ev128_prekey $E/heldout_traces $SL/scorer
-ev $E/ev128_prekey_sample $E/heldout_traces $SL/scorer $S
+ev $E/ev128_prekey$x $E/heldout_traces $F
+ev $E/ev128_prekey${x}_sample $E/heldout_traces $F $S
 [ -d $X ] || { tail -16 $E/split/heldout.jsonl > $E/split/heldout_extra16.jsonl; OMP_NUM_THREADS=2 $PY -m foresight \
     trace --model smollm2-135m --data $E/split/heldout_extra16.jsonl --max-new-tokens 512 --batch-size 16 --seed 0 --out $X; }
-ev $E/ev128_x16_prekey $X $SL/scorer
-ev $E/ev128_x16_prekey_sample $X $SL/scorer $S
+ev $E/ev128_x16_prekey$x $X $F
+ev $E/ev128_x16_prekey${x}_sample $X $F $S
 C="$PY benchmarks/quality/compare.py"; L=fidelity.json:learned
 G="--budget $B --interval $W --gap $P/quality.json:tova"
-$C $E/ev128_prekey/$L $P/quality.json:dagger $G                             # top-k vs packaged
-$C $E/ev128_prekey_sample/$L $P/sampled/quality.json:dagger_sample $G       # sampled vs packaged
+$C $E/ev128_prekey$x/$L $P/quality.json:dagger $G                             # top-k vs packaged
+$C $E/ev128_prekey${x}_sample/$L $P/sampled/quality.json:dagger_sample $G       # sampled vs packaged
 G="--budget $B --interval $W --gap $P/extra16/quality.json:tova"
-$C $E/ev128_x16_prekey/$L $P/extra16/quality.json:recipe $G
-$C $E/ev128_x16_prekey_sample/$L $P/extra16/quality.json:recipe_sample $G
+$C $E/ev128_x16_prekey$x/$L $P/extra16/quality.json:recipe $G
+$C $E/ev128_x16_prekey${x}_sample/$L $P/extra16/quality.json:recipe_sample $G
 [ -n "${ROUNDS_TOO:-}" ] || exit 0
 G="--budget $B --interval $W --gap $P/quality.json:tova"; ev $E/ev128_prekey_r0 $E/heldout_traces $SL/rounds/round-0/scorer
 prev=$E/ev128_prekey_r0
 for r in 1 2; do ev $E/ev128_prekey_r$r $E/heldout_traces $SL/rounds/round-$r/scorer
   $C $E/ev128_prekey_r$r/$L $prev/$L $G; prev=$E/ev128_prekey_r$r; done
-$C $E/ev128_prekey/$L $prev/$L $G
+$C $E/ev128_prekey$x/$L $prev/$L $G
