@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sessions 26-27: the B=64 recipe that ships (pre-RoPE keys, three DAgger rounds) at B=128/W=32. First the recipe's
+# sessions 26-27 (session 27 measured round 1: compare.txt): the B=64 recipe that ships (pre-RoPE keys, three DAgger rounds) at B=128/W=32. First the recipe's
 # stages up to SL (resumable: kill it and rerun; every stage skips what exists):
 #   B=128 W=32 HELDOUT=48 bash benchmarks/quality/recipe.sh
 # Then this script, which needs only the trained scorers: every heuristic and golden on these traces are in the
