@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# sessions 26-27 (session 27 measured round 1: compare.txt): the B=64 recipe that ships (pre-RoPE keys, three DAgger rounds) at B=128/W=32. First the recipe's
-# stages up to SL (resumable: kill it and rerun; every stage skips what exists):
+# sessions 26-27 (session 27 measured round 1: compare.txt): the B=64 recipe that ships (pre-RoPE keys,
+# three DAgger rounds) at B=128/W=32. First the recipe's stages up to SL (resumable: kill it and rerun; every stage
+# skips what exists):
 #   B=128 W=32 HELDOUT=48 bash benchmarks/quality/recipe.sh
 # Then this script, which needs only the trained scorers: every heuristic and golden on these traces are in the
 # packaged scorer's run (../quality_B128_recipe336/quality.json: traces regenerated on a new machine reproduce it to
@@ -8,7 +9,7 @@
 # Learned-only fidelity of the final scorer (top-k and sampled at T=0.003) on the 47 benchmark traces and on the 16
 # unused held-out problems, each paired per trace against the packaged B=128 scorer (quality.json:dagger,
 # sampled/quality.json:dagger_sample, extra16/quality.json:recipe / recipe_sample), gap = tova -> golden of that run.
-# ROUNDS_TOO=1 adds rounds 0-2 (top-k), each paired with the round before it, and the final with round 2.
+# ROUNDS_TOO=1 adds rounds 0-2 (top-k), each paired with the round before it, and the final scorer with round 2.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; B=128; W=32
@@ -37,8 +38,9 @@ G="--budget $B --interval $W --gap $P/extra16/quality.json:tova"
 $C $E/ev128_x16_prekey$x/$L $P/extra16/quality.json:recipe $G
 $C $E/ev128_x16_prekey${x}_sample/$L $P/extra16/quality.json:recipe_sample $G
 [ -n "${ROUNDS_TOO:-}" ] || exit 0
-G="--budget $B --interval $W --gap $P/quality.json:tova"; ev $E/ev128_prekey_r0 $E/heldout_traces $SL/rounds/round-0/scorer
+G="--budget $B --interval $W --gap $P/quality.json:tova"
+ev $E/ev128_prekey_r0 $E/heldout_traces $SL/rounds/round-0/scorer
 prev=$E/ev128_prekey_r0
 for r in 1 2; do ev $E/ev128_prekey_r$r $E/heldout_traces $SL/rounds/round-$r/scorer
   $C $E/ev128_prekey_r$r/$L $prev/$L $G; prev=$E/ev128_prekey_r$r; done
-$C $E/ev128_prekey$x/$L $prev/$L $G
+[ -n "$x" ] || $C $E/ev128_prekey/$L $prev/$L $G   # the final scorer (a round's F is already in the curve)
