@@ -16,6 +16,8 @@ import torch
 
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
+from foresight.features import FEATURE_GROUPS, feature_columns
+from training.mapped_events import EventFeatures
 from training.sl_features import load_events
 
 
@@ -27,8 +29,11 @@ def main() -> None:
     args = p.parse_args()
     sc = Scorer.from_pretrained(args.scorer)
     files = sorted(glob.glob(f"{args.features}/*/*.safetensors"))
-    # the SL cache stores every feature group; the default set (key, value, attn) is the leading columns
-    x = torch.cat([load_events(f).features for f in files])[..., : sc.config.input_dim].float()
+    # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
+    fp = sc.config.fingerprint
+    cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
+                                        fp["num_heads"] // fp["num_kv_heads"]))
+    x = EventFeatures([load_events(f).features for f in files], cols)[:].float()
     with torch.no_grad():
         s = sc(x.transpose(0, 1)).transpose(0, 1)  # (E, L, Hkv, C)
     w = sc.config.interval

@@ -129,6 +129,9 @@ FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
     "prekey": (lambda d, g: d, _group_prekey),
 }
 DEFAULT_FEATURE_SET = ("key", "value", "attn")
+#: Groups whose columns depend only on the cache entry, fixed once it is written (not on the event): training stores
+#: them once per entry and position (:mod:`training.packed_events`). The others change from event to event.
+STATIC_GROUPS = ("key", "value", "prekey")
 
 
 def check_feature_set(feature_set) -> tuple[str, ...]:

@@ -331,16 +331,16 @@ def test_disk_estimates_equal_the_bytes_written(data, runs):
     out = root / "dagger"
     task = SLTask(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0), DistInfo(0, 1, 0, torch.device("cpu")))
     recorded = sum(_data_bytes(rows_file(out, 1, row["trace_id"])) for row in task.train_rows)
-    need, traces = rows_bytes(task, task.train, task.cfg, [1], reuse=False)
+    need, traces = rows_bytes(task, task.cfg, [1], reuse=False)
     assert traces == len(task.train_rows) > 1 and need == recorded  # exact: the same tensors, byte for byte
-    assert rows_bytes(task, task.train, task.cfg, [1]) == (0, 0)  # recorded rows are reused: nothing more to write
-    assert rows_bytes(task, task.train, task.cfg, [1, 2]) == (recorded, traces)  # round 2 is still to record
+    assert rows_bytes(task, task.cfg, [1]) == (0, 0)  # recorded rows are reused: nothing more to write
+    assert rows_bytes(task, task.cfg, [1, 2]) == (recorded, traces)  # round 2 is still to record
     cfg = task.cfg
     cache = FeatureCache(cfg.feature_cache, model_fingerprint(task.model), cfg.budget, cfg.interval, cfg.decay,
                          cfg.feature_dtype)
     for row in task.train_rows + task.val_rows:  # the feature cache's files, estimated before extraction
         tid = row["trace_id"]
-        assert events_bytes(task.labels[tid], cache.width, torch.float16) == _data_bytes(cache.file(tid)), tid
+        assert events_bytes(task.labels[tid], cache.head_dim, cache.num_groups, torch.float16) == _data_bytes(cache.file(tid)), tid
 
 
 def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):

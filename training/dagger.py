@@ -59,8 +59,9 @@ from training.logging import MetricsLogger
 from training.loop import resume_settings, train
 from training.mapped_events import EventFeatures
 from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
+from training.packed_events import PACKED_LAYOUT
 from training.settings_check import check_settings, plain
-from training.sl_features import check_free_space, events_bytes
+from training.sl_features import check_free_space, events_bytes, saved_layout
 
 ROUNDS = "rounds"
 STATE = "dagger.json"
@@ -102,9 +103,27 @@ def _write_json(path: Path, data: dict) -> None:
     tmp.replace(path)
 
 
-def _record_round(task, golden: dict, cfg, dist, r: int, beta: float) -> None:
+def _dims(task) -> tuple[int, int]:
+    """(head_dim, query heads per KV head) of the task's model: what the packed rows layout needs."""
+    fp = task.scorer_config.fingerprint
+    return int(fp["head_dim"]), int(fp["num_heads"]) // int(fp["num_kv_heads"])
+
+
+def _repack_rows(task, cfg, dist, rounds) -> None:
+    """Rewrite, packed, the rows files of ``rounds`` still in the dense layout of earlier versions (each rank its
+    share; :func:`training.packed_events.pack` checks that the features are unchanged). No replay."""
+    files = [f for r in rounds for row in task.train_rows[dist.rank :: dist.world_size]
+             if (f := rows_file(cfg.out_dir, r, row["trace_id"])).exists() and saved_layout(f) != PACKED_LAYOUT]
+    for f in tqdm(files, desc="repack rows", unit="trace", disable=not (dist.is_main and files), dynamic_ncols=True):
+        rows = load_rows(f)
+        rows.features = rows.features.clone()  # read it all before the file is replaced
+        save_rows(f, rows, *_dims(task))
+    barrier()
+
+
+def _record_round(task, cfg, dist, r: int, beta: float) -> None:
     """Rows of round ``r`` for every training trace (each rank its share; existing files are kept)."""
-    check_disk(task, golden, cfg, [r])  # again: the disk may have filled since the run started
+    check_disk(task, cfg, [r])  # again: the disk may have filled since the run started
     scorer = Scorer.from_pretrained(round_dir(cfg.out_dir, r - 1) / "scorer").eval()
     todo = [row for row in task.train_rows[dist.rank :: dist.world_size]
             if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
@@ -118,26 +137,26 @@ def _record_round(task, golden: dict, cfg, dist, r: int, beta: float) -> None:
             task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
             len(part))
         for ev in events:
-            save_rows(rows_file(cfg.out_dir, r, ev.trace_id), ev)
+            save_rows(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task))
         bar.update(len(part))
     bar.close()
     barrier()
 
 
-def rows_bytes(task, golden: dict, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
+def rows_bytes(task, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
     """``(bytes, traces)`` that the rows of ``rounds`` still to record will take (``reuse``: files already there
     are kept and cost nothing): a trace's rows have its labels' events with the candidates and feature columns
-    (every group) of its golden rows (:func:`training.sl_features.events_bytes`)."""
-    width, dtype = golden["features"].parts[0].shape[-1], getattr(torch, cfg.feature_dtype)
+    (every group, packed) of its golden rows (:func:`training.sl_features.events_bytes`)."""
+    dtype = getattr(torch, cfg.feature_dtype)
     todo = [row["trace_id"] for r in rounds for row in task.train_rows
             if not (reuse and rows_file(cfg.out_dir, r, row["trace_id"]).exists())]
-    return sum(events_bytes(task.labels[t], width, dtype) for t in todo), len(todo)
+    return sum(events_bytes(task.labels[t], *_dims(task), dtype) for t in todo), len(todo)
 
 
-def check_disk(task, golden: dict, cfg, rounds, reuse: bool = True) -> None:
+def check_disk(task, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
-    each round's rows take about as much as the feature cache (19 GB for 328 traces at B=64)."""
-    per_round = {r: rows_bytes(task, golden, cfg, [r], reuse) for r in rounds}
+    each round's rows take about as much as the feature cache."""
+    per_round = {r: rows_bytes(task, cfg, [r], reuse) for r in rounds}
     rounds = [r for r, (_, traces) in per_round.items() if traces]  # those with rows still to record
     need = sum(n for n, _ in per_round.values())
     traces = sum(t for _, t in per_round.values())
@@ -236,7 +255,7 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
         if lab.foresight is None and not lab.foresight_file:
             lab.load_foresight()  # raises the one-line request to regenerate them
     # rows of every round still to record fit on the disk (a fresh run removes the old ones): before writing anything
-    check_disk(task, task.train, base, range(1, cfg.dagger_rounds + 1), reuse=resume)
+    check_disk(task, base, range(1, cfg.dagger_rounds + 1), reuse=resume)
     _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))
     barrier()
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
@@ -274,7 +293,8 @@ def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> di
     checkpoint if there is one); once finished, save its scorer, log its record, then mark it finished."""
     beta = cfg.dagger_beta**r
     if r > 0:
-        _record_round(task, golden, cfg, dist, r, beta)
+        _record_round(task, cfg, dist, r, beta)
+        _repack_rows(task, cfg, dist, range(1, r + 1))
     task.train = _aggregate(task, golden, cfg, r)
     task.init_scorer()
     task.cfg = replace(cfg, fidelity_policies=cfg.fidelity_policies if r == cfg.dagger_rounds else [])

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from training.packed_events import DensePart
+
 #: safetensors dtype names -> torch dtypes (those the feature and rows files use, and a few more)
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
@@ -52,14 +54,16 @@ def map_safetensors(path: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
 
 
 class EventFeatures:
-    """Features of events held in several tensors (one per trace, typically mapped), addressed as one
+    """Features of events held in several parts (one per trace, typically mapped), addressed as one
     (E, L, Hkv, C, D) array of the columns ``columns`` (None: all).
 
-    ``rows[idx]`` (an index tensor, list, int or slice) returns a new in-memory tensor of those events; ``shape``
-    and ``len`` describe the whole. Nothing else is materialised.
+    A part is a dense (E, L, Hkv, C, D) tensor or a :class:`~training.packed_events.PackedPart` (anything with
+    ``shape``, ``dtype`` and ``take(idx, columns)``). ``rows[idx]`` (an index tensor, list, int or slice) returns a
+    new in-memory tensor of those events; ``shape`` and ``len`` describe the whole. Nothing else is materialised.
     """
 
-    def __init__(self, parts: list[torch.Tensor], columns: torch.Tensor | None = None):
+    def __init__(self, parts: list, columns: torch.Tensor | None = None):
+        parts = [DensePart(p) if isinstance(p, torch.Tensor) else p for p in parts]
         parts = [p for p in parts if p.shape[0]]
         if not parts:
             raise ValueError("no events")
@@ -67,11 +71,14 @@ class EventFeatures:
         bad = [tuple(p.shape[1:]) for p in parts if p.shape[1:] != inner]
         if bad:
             raise ValueError(f"event shapes differ: {tuple(inner)} vs {bad[0]}")
+        if len({p.dtype for p in parts}) > 1:
+            raise ValueError(f"event dtypes differ: {sorted({str(p.dtype) for p in parts})}")
         self.parts, self.columns = parts, columns
         self.counts = torch.tensor([p.shape[0] for p in parts])
         self.starts = torch.cumsum(self.counts, 0) - self.counts
-        width = inner[-1] if columns is None else len(columns)
-        self.shape = torch.Size((int(self.counts.sum()), *inner[:-1], width))
+        #: columns of every part (the full feature vector) and of the selection
+        self.width = inner[-1]
+        self.shape = torch.Size((int(self.counts.sum()), *inner[:-1], self.width if columns is None else len(columns)))
         self.dtype = parts[0].dtype
 
     def __len__(self) -> int:
@@ -84,11 +91,14 @@ class EventFeatures:
         if idx.numel() and (int(idx.min()) < -len(self) or int(idx.max()) >= len(self)):
             raise IndexError(f"event index out of range for {len(self)} events")
         idx = idx % max(len(self), 1)
+        if not idx.numel():
+            return torch.zeros(0, *self.shape[1:], dtype=self.dtype)
         seg = torch.searchsorted(self.starts, idx, right=True) - 1
-        starts = self.starts.tolist()
-        rows = [self.parts[s][i - starts[s]] for s, i in zip(seg.tolist(), idx.tolist())]
-        x = torch.stack(rows) if rows else self.parts[0][:0].clone()
-        return x if self.columns is None else x.index_select(-1, self.columns)
+        out = torch.empty(len(idx), *self.shape[1:], dtype=self.dtype)
+        for s in seg.unique().tolist():  # one read per trace, then each event back to its place
+            where = (seg == s).nonzero().reshape(-1)
+            out[where] = self.parts[s].take(idx[where] - self.starts[s], self.columns)
+        return out
 
     @classmethod
     def cat(cls, items: list["EventFeatures"]) -> "EventFeatures":

@@ -24,39 +24,43 @@ from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay
 from training.mapped_events import map_safetensors
+from training.packed_events import PackedPart, mapped_features, packed_tensors
 
-ROWS_FORMAT = "foresight-dagger-rows/1"
+ROWS_FORMAT = "foresight-dagger-rows/1"  # the layout (dense or packed) is recorded beside it
 
 @dataclass
 class Rows:
-    """One trace's rows of one round: features (E, L, Hkv, C, D) of every feature group, α of the candidates,
-    the oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C)."""
+    """One trace's rows of one round: features (E, L, Hkv, C, D) of every feature group (dense as recorded, a
+    :class:`~training.packed_events.PackedPart` as read from a packed file), α of the candidates, the oracle's
+    evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C)."""
 
     trace_id: str
-    features: torch.Tensor
+    features: torch.Tensor | PackedPart
     alpha: torch.Tensor
     evicted: torch.Tensor
     positions: torch.Tensor
 
 
-def save_rows(path: Path, rows: Rows) -> None:
-    """Write atomically (temp file + rename), so a killed run never leaves a torn rows file."""
+def save_rows(path: Path, rows: Rows, head_dim: int, num_groups: int) -> None:
+    """Write ``rows`` (dense features) packed (:mod:`training.packed_events`), atomically (temp file + rename), so
+    a killed run never leaves a torn rows file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    save_file({"features": rows.features.contiguous(), "alpha": rows.alpha.contiguous(),
-               "evicted": rows.evicted.to(torch.uint8).contiguous(), "positions": rows.positions.contiguous()},
-              str(tmp), metadata={"format": ROWS_FORMAT, "trace_id": rows.trace_id})
+    tensors, layout = packed_tensors(rows, head_dim, num_groups)
+    save_file(tensors, str(tmp), metadata={"format": ROWS_FORMAT, "trace_id": rows.trace_id, **layout})
     tmp.replace(path)
 
 
 def load_rows(path: Path) -> Rows:
-    """A rows file; its features stay memory-mapped (:mod:`training.mapped_events`)."""
+    """A rows file, packed or of the earlier dense layout; its features stay memory-mapped
+    (:mod:`training.mapped_events`)."""
     try:
         meta, t = map_safetensors(path)
         if meta.get("format") != ROWS_FORMAT:
             raise ValueError(f"format {meta.get('format')!r}")
-        return Rows(meta["trace_id"], t["features"], t["alpha"].clone(), t["evicted"].bool(),
-                    t["positions"].clone())
+        positions = t["positions"].clone()
+        return Rows(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(), t["evicted"].bool(),
+                    positions)
     except (OSError, KeyError, ValueError) as exc:
         raise ForesightError(f"{path} is not a readable DAgger rows file ({' '.join(str(exc).split())}); delete "
                              "it and rerun with --resume to record it again") from None

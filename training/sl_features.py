@@ -11,7 +11,9 @@ evict set. The LLM is frozen.
 :class:`FeatureCache` keeps one safetensors file per trace under a key of everything that defines the features
 (model fingerprint, B, W, decay, dtype, format). It always holds every feature group (``FEATURE_GROUPS`` order);
 a configured feature set is a column selection of it (groups are computed independently), so feature-set sweeps
-reuse one extraction. With several ranks each rank extracts its share of the traces.
+reuse one extraction. Files are written in the packed layout (:mod:`training.packed_events`: an entry's key and
+value columns once per trace, not once per event); a file of the earlier dense layout is repacked in place, without
+a replay. With several ranks each rank extracts its share of the traces.
 """
 
 from __future__ import annotations
@@ -36,16 +38,19 @@ from foresight.runtime import replay
 from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
 from training.mapped_events import EventFeatures, map_safetensors
+from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, packed_bytes, packed_tensors
 
 FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
 
 
 @dataclass
 class TraceEvents:
-    """Recorded events of one trace: features (E, L, Hkv, C, D), alpha, evicted mask, positions (E, L, Hkv, C)."""
+    """Recorded events of one trace: features (E, L, Hkv, C, D), alpha, evicted mask, positions (E, L, Hkv, C).
+    ``features`` is a dense tensor, or a :class:`~training.packed_events.PackedPart` when read from a packed file
+    (``EventFeatures([ev.features])[:]`` is the dense tensor either way)."""
 
     trace_id: str
-    features: torch.Tensor
+    features: torch.Tensor | PackedPart
     alpha: torch.Tensor
     evicted: torch.Tensor
     positions: torch.Tensor
@@ -94,12 +99,18 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
     return out
 
 
-def events_bytes(labels: TraceLabels, width: int, dtype: torch.dtype) -> int:
+def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:
     """Bytes of the tensors that one trace's recorded events take in a feature-cache file (:func:`save_events`) or
-    a DAgger rows file (:func:`training.onpolicy.save_rows`): at each of the labels' events, every (layer, KV head,
-    candidate) has ``width`` feature columns in ``dtype``, a float32 α, a uint8 evict flag and an int32 position."""
+    a DAgger rows file (:func:`training.onpolicy.save_rows`), packed (:mod:`training.packed_events`): at each of the
+    labels' events every (layer, KV head, candidate) has its per-event feature columns in ``dtype``, a float32 α, a
+    uint8 evict flag and an int32 position; the static tables span every position up to the last event's newest
+    candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
+    if not labels.events:
+        return 0
     cells = sum(ev.candidates.numel() for ev in labels.events)
-    return cells * (width * dtype.itemsize + 4 + 1 + 4)
+    layers, heads = labels.events[0].candidates.shape[:2]
+    last = max(int(ev.candidates.max()) for ev in labels.events) + 1
+    return packed_bytes(len(labels.events), cells, layers * heads * last, head_dim, num_groups, dtype) + cells * 9
 
 
 def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:
@@ -126,13 +137,23 @@ def trace_identity(input_ids, labels: TraceLabels) -> str:
     return h.hexdigest()[:32]
 
 
-def save_events(path: Path, ev: TraceEvents, identity: str = "") -> None:
+def save_events(path: Path, ev: TraceEvents, identity: str, head_dim: int, num_groups: int) -> None:
+    """Write one trace's events (dense features), packed, atomically (temp file + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    save_file({"features": ev.features.contiguous(), "alpha": ev.alpha.contiguous(),
-               "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
-              str(tmp), metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": identity})
+    tensors, layout = packed_tensors(ev, head_dim, num_groups)
+    save_file(tensors, str(tmp),
+              metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": identity, **layout})
     tmp.replace(path)
+
+
+def saved_layout(path: Path) -> str | None:
+    """The layout recorded in a cached event file (None: the dense layout, or unreadable)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return (f.metadata() or {}).get("layout")
+    except Exception:
+        return None
 
 
 def saved_identity(path: Path) -> str | None:
@@ -148,8 +169,9 @@ def load_events(path: Path) -> TraceEvents:
     """A trace's cached events; the features stay memory-mapped (:mod:`training.mapped_events`)."""
     try:
         meta, t = map_safetensors(path)
-        return TraceEvents(meta["trace_id"], t["features"], t["alpha"].clone(), t["evicted"].bool(),
-                           t["positions"].clone())
+        positions = t["positions"].clone()
+        return TraceEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(),
+                           t["evicted"].bool(), positions)
     except (OSError, KeyError, ValueError) as exc:
         raise ForesightError(f"{path} is not a readable feature-cache file ({' '.join(str(exc).split())}); delete "
                              "it and rerun to extract it again") from None
@@ -161,9 +183,10 @@ class FeatureCache:
     def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
                  dtype: str):
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
+        self.head_dim = int(fingerprint["head_dim"])
+        self.num_groups = int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"])
         #: feature columns of a file: every group (``FEATURE_GROUPS``)
-        self.width = feature_dim(tuple(FEATURE_GROUPS), int(fingerprint["head_dim"]),
-                                 int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"]))
+        self.width = feature_dim(tuple(FEATURE_GROUPS), self.head_dim, self.num_groups)
         blob = json.dumps([fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT],
                           sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
@@ -178,8 +201,12 @@ class FeatureCache:
         tokens or other golden evictions: :func:`trace_identity`) and save their events (collective)."""
         stale = [r for r in rows
                  if saved_identity(self.file(r["trace_id"])) != trace_identity(r["input_ids"], labels[r["trace_id"]])]
-        check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.width, getattr(torch, self.dtype))
-                                       for r in stale),
+        stale_ids = {r["trace_id"] for r in stale}
+        dense = [r for r in rows
+                 if r["trace_id"] not in stale_ids and saved_layout(self.file(r["trace_id"])) != PACKED_LAYOUT]
+        self._repack(dense, dist)
+        check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.head_dim, self.num_groups,
+                                                    getattr(torch, self.dtype)) for r in stale),
                          f"the feature cache ({len(stale)} trace files)", "free disk space or point feature_cache "
                          "at a larger disk (files already extracted are kept)")
         todo = stale[dist.rank :: dist.world_size]
@@ -193,10 +220,22 @@ class FeatureCache:
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             ident = {r["trace_id"]: trace_identity(r["input_ids"], labels[r["trace_id"]]) for r in part}
             for ev in events:
-                save_events(self.file(ev.trace_id), ev, ident[ev.trace_id])
+                save_events(self.file(ev.trace_id), ev, ident[ev.trace_id], self.head_dim, self.num_groups)
             bar.update(len(part))
         bar.close()
         barrier()
+
+    def _repack(self, rows: list[dict], dist) -> None:
+        """Rewrite this rank's share of the up-to-date files of ``rows`` that are still in the dense layout, packed
+        (the same features: :func:`~training.packed_events.pack` checks it; no replay)."""
+        todo = rows[dist.rank :: dist.world_size]
+        for r in tqdm(todo, desc="repack features", unit="trace", disable=not (dist.is_main and todo),
+                      dynamic_ncols=True):
+            path = self.file(r["trace_id"])
+            ident = saved_identity(path)
+            ev = load_events(path)
+            ev.features = ev.features.clone()  # read it all before the file is replaced
+            save_events(path, ev, ident or "", self.head_dim, self.num_groups)
 
     def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
         """The events of ``rows`` (traces without events have no file) concatenated: alpha, evicted, positions

@@ -1,0 +1,133 @@
+"""The packed layout of recorded events (training/packed_events.py): per-entry columns once per trace, per-event
+columns per event. Read back, it must equal the dense features recorded by the replay for every event and every
+column selection; a trace whose per-entry columns change between events is refused; files and rows of the earlier
+dense layout are repacked (no replay) into the same features."""
+
+from __future__ import annotations
+
+import datasets
+import pytest
+import torch
+from safetensors.torch import save_file
+
+import foresight
+from foresight.errors import ForesightError
+from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns, feature_dim
+from golden.labels import load_labels
+from tests.test_dagger import _cfg, _make_data
+from training.mapped_events import EventFeatures
+from training.packed_events import PACKED_LAYOUT, PackedPart, pack
+
+B, W = 16, 4
+ALL = tuple(FEATURE_GROUPS)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return _make_data(tmp_path_factory.mktemp("packed_data"), n=4)
+
+
+@pytest.fixture(scope="module")
+def recorded(data):
+    """Dense events (every group, fp16) recorded along the golden trajectories of a tiny Llama."""
+    from training.sl_features import collect_events
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    rows = list(datasets.load_from_disk(str(data[0])))
+    evs = collect_events(model, [r["input_ids"] for r in rows], [r["trace_id"] for r in rows], labels,
+                         lambda: FeatureExtractor(window=W, feature_set=ALL), B, W, torch.float16, 2)
+    fp = foresight.model_fingerprint(model)
+    return evs, fp["head_dim"], fp["num_heads"] // fp["num_kv_heads"]
+
+
+def _columns(sets, d, g):
+    return [None] + [torch.tensor(feature_columns(s, ALL, d, g)) for s in sets]
+
+
+def test_packed_events_read_back_as_the_recorded_features(recorded):
+    evs, d, g = recorded
+    assert all(e.features.shape[0] > 2 for e in evs)  # entries recorded at several events: something to share
+    packed = [PackedPart(pack(e.features, e.positions, d, g), e.positions, d, g) for e in evs]
+    dense = [e.features for e in evs]
+    sets = [("prekey", "value", "attn", "age"), ("attn", "key"), ("age",), ("value",), ("recency", "prekey", "key")]
+    for cols in _columns(sets, d, g):
+        got, ref = EventFeatures(packed, cols), EventFeatures(dense, cols)
+        assert got.shape == ref.shape
+        idx = torch.randperm(len(ref), generator=torch.Generator().manual_seed(0))
+        assert torch.equal(got[idx], ref[idx]) and torch.equal(got[:], ref[:])  # bit for bit, any order
+    # and the packed tensors are smaller than the dense ones
+    for p, e in zip(packed, evs):
+        size = sum(t.numel() for t in [*p.static.values(), p.dynamic]) * 2
+        assert size < e.features.numel() * 2
+
+
+def test_an_entry_whose_static_columns_change_between_events_is_refused(recorded):
+    evs, d, g = recorded
+    ev = evs[0]
+    key = feature_columns(("value",), ALL, d, g)
+    feats = ev.features.clone()
+    # an entry recorded at events 0 and 1 (it survived event 0): change its value at event 1 only
+    p0 = ev.positions[0, 0, 0]
+    p1 = ev.positions[1, 0, 0]
+    c1 = int((p1[:, None] == p0[None, :]).any(1).nonzero()[0])
+    feats[1, 0, 0, c1, key[0]] += 1
+    with pytest.raises(ForesightError, match="'value' differs between two events of one cache entry"):
+        pack(feats, ev.positions, d, g)
+    with pytest.raises(ForesightError, match="cannot pack features"):
+        pack(ev.features[..., :-1], ev.positions, d, g)
+
+
+def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_path, monkeypatch):
+    """A feature cache and DAgger rows written in the dense layout of earlier versions are rewritten packed, with
+    the same features, and training ends where a run on freshly packed files ends."""
+    from training import dagger, sl_features
+    from training.dagger import rows_file
+    from training.onpolicy import ROWS_FORMAT, load_rows
+    from training.sl import run_sl
+    from training.sl_features import FEATURE_CACHE_FORMAT, load_events, saved_identity, saved_layout
+
+    ref = run_sl(_cfg(data, tmp_path / "ref" / "run", dagger_rounds=1, dagger_beta=0.0, steps=4))
+    out = tmp_path / "old" / "run"
+    first = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4))
+    cache_files = sorted((out.parent / "features").glob("*/*.safetensors"))
+    row_files = sorted(rows_file(out, 1, "x").parent.glob("*.safetensors"))
+    assert cache_files and row_files
+    dense = {}
+    for f in cache_files + row_files:  # rewrite each file as earlier versions wrote it: dense, no layout
+        is_rows = f in row_files
+        ev = load_rows(f) if is_rows else load_events(f)
+        x = EventFeatures([ev.features])[:]
+        dense[f] = x
+        meta = {"format": ROWS_FORMAT, "trace_id": ev.trace_id} if is_rows else \
+            {"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": saved_identity(f)}
+        save_file({"features": x.contiguous(), "alpha": ev.alpha.contiguous(),
+                   "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
+                  str(f), metadata=meta)
+        assert saved_layout(f) is None
+    # what the dense files hold reads back as it did, in the old layout too
+    assert torch.equal(EventFeatures([load_events(cache_files[0]).features])[:], dense[cache_files[0]])
+
+    def no_replay(*a, **k):
+        raise AssertionError("a dense file with an up-to-date identity must be repacked, not replayed")
+
+    monkeypatch.setattr(sl_features, "collect_events", no_replay)
+    monkeypatch.setattr(dagger, "collect_onpolicy_events", no_replay)
+    (out / "rounds" / "round-1" / "summary.json").unlink()  # round 1 open again: its rows are reused
+    again = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4), resume=True)
+    for f, x in dense.items():
+        assert saved_layout(f) == PACKED_LAYOUT, f
+        ev = load_rows(f) if f in row_files else load_events(f)
+        assert torch.equal(EventFeatures([ev.features])[:], x), f
+    assert again["eval"]["overlap"] == first["eval"]["overlap"] == ref["eval"]["overlap"]
+    assert again["eval"]["auc"] == ref["eval"]["auc"]
+
+
+def test_the_layout_keeps_every_column_of_the_full_feature_vector(recorded):
+    _, d, g = recorded
+    from training.packed_events import DYNAMIC_GROUPS, _layout
+
+    static, dynamic = _layout(d, g)
+    cols = sorted([c for cs in static.values() for c in cs] + dynamic)
+    assert cols == list(range(feature_dim(ALL, d, g)))  # every column once, in exactly one place
+    assert DYNAMIC_GROUPS and set(DYNAMIC_GROUPS) | set(static) == set(ALL)
