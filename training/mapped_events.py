@@ -4,7 +4,9 @@ Distillation and DAgger train on every recorded event's features (E, L, Hkv, C, 
 B=64 with key/value features. Concatenated in each rank's RAM they exhausted 24 GiB with two ranks at 120 traces
 plus one DAgger round. Here the features stay in the per-trace files they were saved to
 (:class:`training.sl_features.FeatureCache`, DAgger's rows files), mapped read-only: the pages live once in the
-page cache, shared by the ranks and reclaimable, and a batch copies only its own events and feature columns.
+page cache, shared by the ranks and reclaimable, and a batch copies only its own events and feature columns. Files
+are packed (:mod:`training.packed_events`: an entry's key and value columns once per trace, rebuilt per batch);
+dense ones, of earlier versions, are read as they are.
 """
 
 from __future__ import annotations
@@ -76,9 +78,8 @@ class EventFeatures:
         self.parts, self.columns = parts, columns
         self.counts = torch.tensor([p.shape[0] for p in parts])
         self.starts = torch.cumsum(self.counts, 0) - self.counts
-        #: columns of every part (the full feature vector) and of the selection
-        self.width = inner[-1]
-        self.shape = torch.Size((int(self.counts.sum()), *inner[:-1], self.width if columns is None else len(columns)))
+        width = inner[-1] if columns is None else len(columns)
+        self.shape = torch.Size((int(self.counts.sum()), *inner[:-1], width))
         self.dtype = parts[0].dtype
 
     def __len__(self) -> int:

@@ -31,7 +31,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
-from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_dim
+from foresight.features import FEATURE_GROUPS, FeatureExtractor
 from foresight.policies import make_policy
 from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
@@ -185,8 +185,6 @@ class FeatureCache:
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
         self.head_dim = int(fingerprint["head_dim"])
         self.num_groups = int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"])
-        #: feature columns of a file: every group (``FEATURE_GROUPS``)
-        self.width = feature_dim(tuple(FEATURE_GROUPS), self.head_dim, self.num_groups)
         blob = json.dumps([fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT],
                           sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]

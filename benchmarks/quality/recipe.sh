@@ -12,8 +12,8 @@
 #   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # sessions 11-12's recipe (post-RoPE
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
-# A DAgger round records rows of 20 GB (B=64, 328 traces; `train sl` refuses a round that will not fit, before any
-# work) and takes about 50 min on this machine; the three rounds are most of the wall clock.
+# A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
+# fit, before any work) and takes 25-50 min on this machine; the three rounds are most of the wall clock.
 #
 # Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
 # one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
