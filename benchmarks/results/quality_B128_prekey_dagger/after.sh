@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# sessions 26-27 (session 27 measured round 1: compare.txt): the B=64 recipe that ships (pre-RoPE keys,
+# sessions 26-28 (session 27 measured round 1: compare.txt; session 28 round 3 with ROUNDS_TOO=1: compare_r3.txt,
+# 16 min; round 3 is the packaged smollm2-135m-b128-w32 since then): the B=64 recipe that ships (pre-RoPE keys,
 # three DAgger rounds) at B=128/W=32. First the recipe's stages up to SL (resumable: kill it and rerun; every stage
 # skips what exists):
 #   B=128 W=32 HELDOUT=48 bash benchmarks/quality/recipe.sh
