@@ -51,7 +51,11 @@ def test_packed_events_read_back_as_the_recorded_features(recorded):
     packed = [PackedPart(pack(e.features, e.positions, d, g), e.positions, d, g) for e in evs]
     dense = [e.features for e in evs]
     sets = [("prekey", "value", "attn", "age"), ("attn", "key"), ("age",), ("value",), ("recency", "prekey", "key")]
-    for cols in _columns(sets, d, g):
+    width = feature_dim(ALL, d, g)
+    gen = torch.Generator().manual_seed(3)
+    odd = [torch.randperm(width, generator=gen)[:40], torch.arange(width).flip(0),  # parts of groups, any order
+           torch.tensor([d + 1, d + 2, 0, 1, width - 1, d])]
+    for cols in _columns(sets, d, g) + odd:
         got, ref = EventFeatures(packed, cols), EventFeatures(dense, cols)
         assert got.shape == ref.shape
         idx = torch.randperm(len(ref), generator=torch.Generator().manual_seed(0))

@@ -116,29 +116,39 @@ class PackedPart:
         self.dtype = self.dynamic.dtype
         self._plans: dict[tuple, tuple] = {}
 
-    def _plan(self, columns: torch.Tensor | None) -> tuple:
-        """(static groups to read, dynamic columns to read, order): the pieces concatenated, then ``order``."""
+    def _plan(self, columns: torch.Tensor | None) -> list[tuple[str | None, torch.Tensor | None]]:
+        """The selected columns as runs read from one source each, in order: ``(group, local columns)`` for a static
+        group's table (None: all of them, in order) and ``(None, local columns)`` for the dynamic tensor."""
         key = None if columns is None else tuple(columns.tolist())
         if key not in self._plans:
-            want = list(range(self.shape[-1])) if key is None else list(key)
-            groups = [g for g, cols in self._static_cols.items() if set(cols) & set(want)]
-            dyn = [i for i, col in enumerate(self._dynamic_cols) if col in want]
-            where = {col: k for k, col in enumerate([c for g in groups for c in self._static_cols[g]] +
-                                                    [self._dynamic_cols[i] for i in dyn])}
-            self._plans[key] = (groups, torch.tensor(dyn, dtype=torch.long),
-                                torch.tensor([where[col] for col in want], dtype=torch.long))
+            source = {col: (g, i) for g, cols in self._static_cols.items() for i, col in enumerate(cols)}
+            source.update({col: (None, i) for i, col in enumerate(self._dynamic_cols)})
+            runs: list[tuple[str | None, list[int]]] = []
+            for col in range(self.shape[-1]) if key is None else key:
+                g, i = source[col]
+                if runs and runs[-1][0] == g:
+                    runs[-1][1].append(i)
+                else:
+                    runs.append((g, [i]))
+            self._plans[key] = [
+                (g, None if g is not None and cols == list(range(len(self._static_cols[g]))) else
+                 torch.tensor(cols, dtype=torch.long)) for g, cols in runs]
         return self._plans[key]
 
     def take(self, idx: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
-        groups, dyn, order = self._plan(columns)
         pos = self.positions[idx].long()  # (n, L, Hkv, C)
-        _, layers, heads, _ = pos.shape
-        li = torch.arange(layers)[None, :, None, None]
-        hi = torch.arange(heads)[None, None, :, None]
-        pieces = [self.static[g][li, hi, pos] for g in groups]
-        if len(dyn):
-            pieces.append(self.dynamic[idx].index_select(-1, dyn))
-        return torch.cat(pieces, -1).index_select(-1, order)
+        n, layers, heads, c = pos.shape
+        rows, pieces = None, []
+        for g, cols in self._plan(columns):
+            if g is None:
+                pieces.append(self.dynamic[idx].index_select(-1, cols))
+                continue
+            table = self.static[g]
+            if rows is None:  # each cell's row in a table flattened to (L * Hkv * N, width)
+                rows = (torch.arange(layers * heads).view(1, layers, heads, 1) * table.shape[2] + pos).reshape(-1)
+            x = table.reshape(-1, table.shape[-1]).index_select(0, rows).view(n, layers, heads, c, -1)
+            pieces.append(x if cols is None else x.index_select(-1, cols))
+        return pieces[0] if len(pieces) == 1 else torch.cat(pieces, -1)
 
 
 def packed_tensors(ev, head_dim: int, num_groups: int) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
