@@ -20,13 +20,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from foresight.features import FEATURE_GROUPS, feature_columns
+from foresight.errors import ForesightError, run_script
+from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
 from training.mapped_events import EventFeatures, map_safetensors
 from training.packed_events import PackedPart
 from training.sl_features import load_events
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("cache", help="a feature-cache directory of packed .safetensors files")
     p.add_argument("--files", type=int, default=40)
@@ -34,14 +35,18 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=200)
     p.add_argument("--micro-batch", type=int, default=8)
     args = p.parse_args()
+    try:
+        features = check_feature_set(args.features)
+    except ValueError as exc:
+        raise ForesightError(f"--features: {exc}") from None
     files = sorted(Path(args.cache).glob("*.safetensors"))[: args.files]
     evs = [load_events(f) for f in files]
     packed = [ev.features for ev in evs]
     if not files or not all(isinstance(x, PackedPart) for x in packed):
-        raise SystemExit(f"{args.cache}: no packed feature files")
-    d, layers = packed[0].static["value"].shape[-1], packed[0].shape[1]
-    g = (packed[0].shape[-1] - 3 * d - 1) // 10  # 3d + 8g + 1 + 2g columns
-    cols = torch.tensor(feature_columns(args.features, tuple(FEATURE_GROUPS), d, g))
+        raise ForesightError(f"{args.cache}: no packed feature-cache files (a feature_cache/<key> directory)")
+    layers = packed[0].shape[1]
+    cols = torch.tensor(feature_columns(features, tuple(FEATURE_GROUPS), packed[0].head_dim,
+                                        packed[0].num_groups))
     with tempfile.TemporaryDirectory() as tmp:
         dense = []
         for i, ev in enumerate(evs):  # the dense layout: every column of every candidate at every event
@@ -69,7 +74,8 @@ def main() -> None:
           f"(features, alpha, evict flags, positions), ratio {size_d / size_p:.2f}x")
     print(f"read a batch of {args.micro_batch} events from the page cache: dense {dense_t * 1e3:.1f} ms, "
           f"packed {packed_t * 1e3:.1f} ms, packed/dense {packed_t / dense_t:.2f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_packed_events")

@@ -30,9 +30,8 @@ def main() -> None:
     sc = Scorer.from_pretrained(args.scorer)
     files = sorted(glob.glob(f"{args.features}/*/*.safetensors"))
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
-    fp = sc.config.fingerprint
-    cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
-                                        fp["num_heads"] // fp["num_kv_heads"]))
+    cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
+                                        sc.config.fingerprint["head_dim"], sc.config.num_groups))
     x = EventFeatures([load_events(f).features for f in files], cols)[:].float()
     with torch.no_grad():
         s = sc(x.transpose(0, 1)).transpose(0, 1)  # (E, L, Hkv, C)

@@ -340,7 +340,8 @@ def test_disk_estimates_equal_the_bytes_written(data, runs):
                          cfg.feature_dtype)
     for row in task.train_rows + task.val_rows:  # the feature cache's files, estimated before extraction
         tid = row["trace_id"]
-        assert events_bytes(task.labels[tid], cache.head_dim, cache.num_groups, torch.float16) == _data_bytes(cache.file(tid)), tid
+        need = events_bytes(task.labels[tid], cache.head_dim, cache.num_groups, torch.float16)
+        assert need == _data_bytes(cache.file(tid)), tid
 
 
 def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):

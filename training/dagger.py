@@ -105,8 +105,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _dims(task) -> tuple[int, int]:
     """(head_dim, query heads per KV head) of the task's model: what the packed rows layout needs."""
-    fp = task.scorer_config.fingerprint
-    return int(fp["head_dim"]), int(fp["num_heads"]) // int(fp["num_kv_heads"])
+    return int(task.scorer_config.fingerprint["head_dim"]), task.scorer_config.num_groups
 
 
 def _repack_rows(task, cfg, dist, rounds) -> None:

@@ -43,8 +43,7 @@ def _layout(head_dim: int, num_groups: int) -> tuple[dict[str, list[int]], list[
     return static, dynamic
 
 
-def packed_bytes(events: int, cells: int, table_cells: int, head_dim: int, num_groups: int,
-                 dtype: torch.dtype) -> int:
+def packed_bytes(cells: int, table_cells: int, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:
     """Feature bytes of a packed trace: ``cells`` recorded (event, layer, head, candidate) cells, ``table_cells``
     (layer, head, position) cells of the static tables."""
     static, dynamic = _layout(head_dim, num_groups)
@@ -112,6 +111,7 @@ class PackedPart:
         if positions.numel() and int(positions.max()) >= min(t.shape[2] for t in self.static.values()):
             raise ValueError("a recorded position lies beyond the static tables")
         self._static_cols, self._dynamic_cols = static, dynamic
+        self.head_dim, self.num_groups = head_dim, num_groups
         self.shape = torch.Size((e, layers, heads, c, feature_dim(ALL_GROUPS, head_dim, num_groups)))
         self.dtype = self.dynamic.dtype
         self._plans: dict[tuple, tuple] = {}

@@ -110,7 +110,7 @@ def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: tor
     cells = sum(ev.candidates.numel() for ev in labels.events)
     layers, heads = labels.events[0].candidates.shape[:2]
     last = max(int(ev.candidates.max()) for ev in labels.events) + 1
-    return packed_bytes(len(labels.events), cells, layers * heads * last, head_dim, num_groups, dtype) + cells * 9
+    return packed_bytes(cells, layers * heads * last, head_dim, num_groups, dtype) + cells * (4 + 1 + 4)
 
 
 def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:
@@ -147,22 +147,24 @@ def save_events(path: Path, ev: TraceEvents, identity: str, head_dim: int, num_g
     tmp.replace(path)
 
 
-def saved_layout(path: Path) -> str | None:
-    """The layout recorded in a cached event file (None: the dense layout, or unreadable)."""
+def saved_metadata(path: Path) -> dict:
+    """The metadata of a saved event file (feature cache or DAgger rows) without reading its tensors; empty when
+    there is no file or it is unreadable (a damaged file is stale: it is extracted again)."""
     try:
         with safe_open(str(path), framework="pt") as f:
-            return (f.metadata() or {}).get("layout")
+            return f.metadata() or {}
     except Exception:
-        return None
+        return {}
+
+
+def saved_layout(path: Path) -> str | None:
+    """The layout recorded in a saved event file (None: the dense layout, or unreadable)."""
+    return saved_metadata(path).get("layout")
 
 
 def saved_identity(path: Path) -> str | None:
     """The identity recorded in a cached event file (None: no file, unreadable, or none recorded)."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return (f.metadata() or {}).get("identity") or None
-    except Exception:  # a damaged file is stale: it is extracted again
-        return None
+    return saved_metadata(path).get("identity") or None
 
 
 def load_events(path: Path) -> TraceEvents:
@@ -196,13 +198,15 @@ class FeatureCache:
 
     def extract(self, model, rows: list[dict], labels: dict, dist, batch_size: int = 1) -> None:
         """Replay this rank's share of ``rows`` without an up-to-date file (none, or one computed from other
-        tokens or other golden evictions: :func:`trace_identity`) and save their events (collective)."""
-        stale = [r for r in rows
-                 if saved_identity(self.file(r["trace_id"])) != trace_identity(r["input_ids"], labels[r["trace_id"]])]
-        stale_ids = {r["trace_id"] for r in stale}
-        dense = [r for r in rows
-                 if r["trace_id"] not in stale_ids and saved_layout(self.file(r["trace_id"])) != PACKED_LAYOUT]
-        self._repack(dense, dist)
+        tokens or other golden evictions: :func:`trace_identity`) and save their events; repack up-to-date files of
+        the earlier dense layout (collective)."""
+        ident = {r["trace_id"]: trace_identity(r["input_ids"], labels[r["trace_id"]]) for r in rows}
+        meta = {t: saved_metadata(self.file(t)) for t in ident}
+        stale = [r for r in rows if meta[r["trace_id"]].get("identity") != ident[r["trace_id"]]]
+        barrier()  # every rank has read the files' state before any rank rewrites one: the shares below agree
+        mine = [r["trace_id"] for r in rows[dist.rank :: dist.world_size]]
+        dense = [t for t in mine if meta[t].get("identity") == ident[t] and meta[t].get("layout") != PACKED_LAYOUT]
+        self._repack(dense, ident, dist)
         check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.head_dim, self.num_groups,
                                                     getattr(torch, self.dtype)) for r in stale),
                          f"the feature cache ({len(stale)} trace files)", "free disk space or point feature_cache "
@@ -216,24 +220,21 @@ class FeatureCache:
                 model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
                 lambda: FeatureExtractor(window=self.interval, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
-            ident = {r["trace_id"]: trace_identity(r["input_ids"], labels[r["trace_id"]]) for r in part}
             for ev in events:
                 save_events(self.file(ev.trace_id), ev, ident[ev.trace_id], self.head_dim, self.num_groups)
             bar.update(len(part))
         bar.close()
         barrier()
 
-    def _repack(self, rows: list[dict], dist) -> None:
-        """Rewrite this rank's share of the up-to-date files of ``rows`` that are still in the dense layout, packed
-        (the same features: :func:`~training.packed_events.pack` checks it; no replay)."""
-        todo = rows[dist.rank :: dist.world_size]
-        for r in tqdm(todo, desc="repack features", unit="trace", disable=not (dist.is_main and todo),
-                      dynamic_ncols=True):
-            path = self.file(r["trace_id"])
-            ident = saved_identity(path)
-            ev = load_events(path)
+    def _repack(self, trace_ids: list[str], ident: dict[str, str], dist) -> None:
+        """Rewrite the up-to-date files of ``trace_ids`` (this rank's, in the dense layout) packed, keeping their
+        identity ``ident[trace_id]`` (the same features: :func:`~training.packed_events.pack` checks it; no
+        replay)."""
+        for tid in tqdm(trace_ids, desc="repack features", unit="trace", disable=not (dist.is_main and trace_ids),
+                        dynamic_ncols=True):
+            ev = load_events(self.file(tid))
             ev.features = ev.features.clone()  # read it all before the file is replaced
-            save_events(path, ev, ident or "", self.head_dim, self.num_groups)
+            save_events(self.file(tid), ev, ident[tid], self.head_dim, self.num_groups)
 
     def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
         """The events of ``rows`` (traces without events have no file) concatenated: alpha, evicted, positions
