@@ -24,7 +24,8 @@ from foresight.errors import ForesightError, run_script
 from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
 from training.mapped_events import EventFeatures, map_safetensors
 from training.packed_events import PackedPart
-from training.sl_features import load_events
+from training.event_files import load_events
+from training.sl_features import FEATURE_CACHE_FORMAT
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
     except ValueError as exc:
         raise ForesightError(f"--features: {exc}") from None
     files = sorted(Path(args.cache).glob("*.safetensors"))[: args.files]
-    evs = [load_events(f) for f in files]
+    evs = [load_events(f, FEATURE_CACHE_FORMAT) for f in files]
     packed = [ev.features for ev in evs]
     if not files or not all(isinstance(x, PackedPart) for x in packed):
         raise ForesightError(f"{args.cache}: no packed feature-cache files (a feature_cache/<key> directory)")

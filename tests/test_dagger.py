@@ -47,9 +47,10 @@ def _weights(path: Path) -> dict:
 
 def _rows(out: Path, r: int, trace_id: str):
     from training.dagger import rows_file
-    from training.onpolicy import load_rows
+    from training.event_files import load_events
+    from training.onpolicy import ROWS_FORMAT
 
-    return load_rows(rows_file(out, r, trace_id))
+    return load_events(rows_file(out, r, trace_id), ROWS_FORMAT)
 
 
 def naive_alpha(model, ids: list[int], budget: int, interval: int) -> tuple[torch.Tensor, list[int]]:
@@ -324,8 +325,9 @@ def test_disk_estimates_equal_the_bytes_written(data, runs):
     from foresight.fingerprint import model_fingerprint
     from training.dagger import rows_bytes, rows_file
     from training.distributed import DistInfo
+    from training.event_files import events_bytes
     from training.sl import SLTask
-    from training.sl_features import FeatureCache, events_bytes
+    from training.sl_features import FeatureCache
 
     root, _, _ = runs
     out = root / "dagger"
@@ -347,7 +349,7 @@ def test_disk_estimates_equal_the_bytes_written(data, runs):
 def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, tmp_path, monkeypatch):
     import shutil
 
-    from training import sl_features
+    from training import event_files
     from training.dagger import round_dir
     from training.sl import run_sl
 
@@ -357,7 +359,7 @@ def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, 
         free["calls"] += 1
         return real(path)._replace(free=free["bytes"][min(free["calls"], len(free["bytes"])) - 1])
 
-    monkeypatch.setattr(sl_features.shutil, "disk_usage", disk_usage)  # the one shutil module: every caller
+    monkeypatch.setattr(event_files.shutil, "disk_usage", disk_usage)  # the one shutil module: every caller
     out, cache = tmp_path / "run", tmp_path / "features"
     with pytest.raises(ForesightError, match=r"the feature cache \(6 trace files\) will write about [\d.e-]+ GB "
                                              r"under .*features/\w+, but only 1e-09 GB is free there"):

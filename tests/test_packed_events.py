@@ -87,9 +87,13 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     the same features, and training ends where a run on freshly packed files ends."""
     from training import dagger, sl_features
     from training.dagger import rows_file
-    from training.onpolicy import ROWS_FORMAT, load_rows
+    from training.event_files import load_events, saved_metadata
+    from training.onpolicy import ROWS_FORMAT
     from training.sl import run_sl
-    from training.sl_features import FEATURE_CACHE_FORMAT, load_events, saved_identity, saved_layout
+    from training.sl_features import FEATURE_CACHE_FORMAT, saved_identity
+
+    def fmt(f):
+        return ROWS_FORMAT if f in row_files else FEATURE_CACHE_FORMAT
 
     ref = run_sl(_cfg(data, tmp_path / "ref" / "run", dagger_rounds=1, dagger_beta=0.0, steps=4))
     out = tmp_path / "old" / "run"
@@ -99,18 +103,21 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     assert cache_files and row_files
     dense = {}
     for f in cache_files + row_files:  # rewrite each file as earlier versions wrote it: dense, no layout
-        is_rows = f in row_files
-        ev = load_rows(f) if is_rows else load_events(f)
+        ev = load_events(f, fmt(f))
         x = EventFeatures([ev.features])[:]
         dense[f] = x
-        meta = {"format": ROWS_FORMAT, "trace_id": ev.trace_id} if is_rows else \
+        meta = {"format": ROWS_FORMAT, "trace_id": ev.trace_id} if f in row_files else \
             {"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": saved_identity(f)}
         save_file({"features": x.contiguous(), "alpha": ev.alpha.contiguous(),
                    "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
                   str(f), metadata=meta)
-        assert saved_layout(f) is None
+        assert "layout" not in saved_metadata(f)
     # what the dense files hold reads back as it did, in the old layout too
-    assert torch.equal(EventFeatures([load_events(cache_files[0]).features])[:], dense[cache_files[0]])
+    assert torch.equal(EventFeatures([load_events(cache_files[0], FEATURE_CACHE_FORMAT).features])[:],
+                       dense[cache_files[0]])
+    # a file of one kind is never read as the other
+    with pytest.raises(ForesightError, match="not a readable foresight-sl-features/2 file .*foresight-dagger-rows"):
+        load_events(row_files[0], FEATURE_CACHE_FORMAT)
 
     def no_replay(*a, **k):
         raise AssertionError("a dense file with an up-to-date identity must be repacked, not replayed")
@@ -120,8 +127,10 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     (out / "rounds" / "round-1" / "summary.json").unlink()  # round 1 open again: its rows are reused
     again = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4), resume=True)
     for f, x in dense.items():
-        assert saved_layout(f) == PACKED_LAYOUT, f
-        ev = load_rows(f) if f in row_files else load_events(f)
+        meta = saved_metadata(f)
+        assert meta["layout"] == PACKED_LAYOUT and meta["format"] == fmt(f), f
+        assert (meta.get("identity") is None) == (f in row_files), f  # the writer's metadata survives the repack
+        ev = load_events(f, fmt(f))
         assert torch.equal(EventFeatures([ev.features])[:], x), f
     assert again["eval"]["overlap"] == first["eval"]["overlap"] == ref["eval"]["overlap"]
     assert again["eval"]["auc"] == ref["eval"]["auc"]

@@ -57,11 +57,11 @@ from training.digests import digest
 from training.distributed import barrier, init_distributed, load_ds_config
 from training.logging import MetricsLogger
 from training.loop import resume_settings, train
-from training.mapped_events import EventFeatures
-from training.onpolicy import collect_onpolicy_events, load_rows, save_rows
+from training.event_files import (check_free_space, concat_events, events_bytes, join_events, load_events,
+                                  repack_events, save_events, saved_metadata)
+from training.onpolicy import ROWS_FORMAT, collect_onpolicy_events
 from training.packed_events import PACKED_LAYOUT
 from training.settings_check import check_settings, plain
-from training.sl_features import check_free_space, events_bytes, saved_layout
 
 ROUNDS = "rounds"
 STATE = "dagger.json"
@@ -112,11 +112,9 @@ def _repack_rows(task, cfg, dist, rounds) -> None:
     """Rewrite, packed, the rows files of ``rounds`` still in the dense layout of earlier versions (each rank its
     share; :func:`training.packed_events.pack` checks that the features are unchanged). No replay."""
     files = [f for r in rounds for row in task.train_rows[dist.rank :: dist.world_size]
-             if (f := rows_file(cfg.out_dir, r, row["trace_id"])).exists() and saved_layout(f) != PACKED_LAYOUT]
-    for f in tqdm(files, desc="repack rows", unit="trace", disable=not (dist.is_main and files), dynamic_ncols=True):
-        rows = load_rows(f)
-        rows.features = rows.features.clone()  # read it all before the file is replaced
-        save_rows(f, rows, *_dims(task))
+             if (f := rows_file(cfg.out_dir, r, row["trace_id"])).exists()
+             and saved_metadata(f).get("layout") != PACKED_LAYOUT]
+    repack_events(files, ROWS_FORMAT, *_dims(task), "repack rows", dist.is_main)
     barrier()
 
 
@@ -136,7 +134,7 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
             task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
             len(part))
         for ev in events:
-            save_rows(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task))
+            save_events(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task), ROWS_FORMAT)
         bar.update(len(part))
     bar.close()
     barrier()
@@ -145,7 +143,7 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
 def rows_bytes(task, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
     """``(bytes, traces)`` that the rows of ``rounds`` still to record will take (``reuse``: files already there
     are kept and cost nothing): a trace's rows have its labels' events with the candidates and feature columns
-    (every group, packed) of its golden rows (:func:`training.sl_features.events_bytes`)."""
+    (every group, packed) of its golden rows (:func:`training.event_files.events_bytes`)."""
     dtype = getattr(torch, cfg.feature_dtype)
     todo = [row["trace_id"] for r in rounds for row in task.train_rows
             if not (reuse and rows_file(cfg.out_dir, r, row["trace_id"]).exists())]
@@ -172,13 +170,11 @@ def _aggregate(task, golden: dict, cfg, r: int) -> dict:
         return golden
     parts = [golden]
     for k in range(1, r + 1):
-        evs = [load_rows(f) for row in task.train_rows if (f := rows_file(cfg.out_dir, k, row["trace_id"])).exists()]
+        evs = [load_events(f, ROWS_FORMAT) for row in task.train_rows
+               if (f := rows_file(cfg.out_dir, k, row["trace_id"])).exists()]
         if evs:
-            parts.append({"features": EventFeatures([e.features for e in evs], task.columns),
-                          **{n: torch.cat([getattr(e, n) for e in evs]) for n in ("alpha", "evicted", "positions")}})
-    out = {n: torch.cat([p[n] for p in parts]) for n in ("alpha", "evicted", "positions")}
-    out["features"] = EventFeatures.cat([p["features"] for p in parts])  # still read in place
-    return out
+            parts.append(concat_events(evs, task.columns))
+    return join_events(parts)
 
 
 def _round_record(r: int, beta: float, golden_events: int, task, ev: dict) -> dict:

@@ -6,7 +6,8 @@ scorer keeps its top-k; :func:`expert_events` draws which, seeded. At every even
 holds, their features (one :class:`~foresight.features.FeatureExtractor` with every feature group, of which the
 scorer reads its own columns: the features the ``learned`` policy builds) and their α
 (:meth:`golden.labels.TraceLabels.alpha_at`) to :func:`collect_onpolicy_events`, which stacks them per trace into
-:class:`Rows` (saved with :func:`save_rows`). The round logic (aggregation, retraining, resume) is
+:class:`~training.event_files.RecordedEvents` (the feature cache's type; saved as :data:`ROWS_FORMAT` files by
+:func:`~training.event_files.save_events`). The round logic (aggregation, retraining, resume) is
 :mod:`training.dagger`.
 """
 
@@ -14,56 +15,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable, ClassVar
 
 import torch
-from safetensors.torch import save_file
 
 from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay
-from training.mapped_events import map_safetensors
-from training.packed_events import PackedPart, mapped_features, packed_tensors
+from training.event_files import RecordedEvents, stack_events
 
 ROWS_FORMAT = "foresight-dagger-rows/1"  # the layout (dense or packed) is recorded beside it
-
-@dataclass
-class Rows:
-    """One trace's rows of one round: features (E, L, Hkv, C, D) of every feature group (dense as recorded, a
-    :class:`~training.packed_events.PackedPart` as read from a packed file), α of the candidates, the oracle's
-    evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C)."""
-
-    trace_id: str
-    features: torch.Tensor | PackedPart
-    alpha: torch.Tensor
-    evicted: torch.Tensor
-    positions: torch.Tensor
-
-
-def save_rows(path: Path, rows: Rows, head_dim: int, num_groups: int) -> None:
-    """Write ``rows`` (dense features) packed (:mod:`training.packed_events`), atomically (temp file + rename), so
-    a killed run never leaves a torn rows file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tensors, layout = packed_tensors(rows, head_dim, num_groups)
-    save_file(tensors, str(tmp), metadata={"format": ROWS_FORMAT, "trace_id": rows.trace_id, **layout})
-    tmp.replace(path)
-
-
-def load_rows(path: Path) -> Rows:
-    """A rows file, packed or of the earlier dense layout; its features stay memory-mapped
-    (:mod:`training.mapped_events`)."""
-    try:
-        meta, t = map_safetensors(path)
-        if meta.get("format") != ROWS_FORMAT:
-            raise ValueError(f"format {meta.get('format')!r}")
-        positions = t["positions"].clone()
-        return Rows(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(), t["evicted"].bool(),
-                    positions)
-    except (OSError, KeyError, ValueError) as exc:
-        raise ForesightError(f"{path} is not a readable DAgger rows file ({' '.join(str(exc).split())}); delete "
-                             "it and rerun with --resume to record it again") from None
 
 
 def expert_events(seed: int, round_idx: int, trace_id: str, num_events: int, beta: float) -> torch.Tensor:
@@ -152,11 +113,12 @@ class MixturePolicy(EvictionPolicy):
 def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, extractor_factory,
                             columns: torch.Tensor, budget: int, interval: int, round_idx: int, beta: float,
                             seed: int, feature_dtype: torch.dtype = torch.float16,
-                            batch_size: int = 1) -> list[Rows]:
+                            batch_size: int = 1) -> list[RecordedEvents]:
     """Replay ``sequences`` under π_r and record, at every event, the candidates its cache holds: features
-    (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one :class:`Rows` per trace with
-    events). ``labels`` maps trace id -> :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means
-    the oracle acts at every event; ``extractor_factory()`` returns a fresh full-feature-set extractor."""
+    (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one
+    :class:`~training.event_files.RecordedEvents` per trace with events). ``labels`` maps trace id ->
+    :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means the oracle acts at every event;
+    ``extractor_factory()`` returns a fresh full-feature-set extractor."""
     num_layers = model.config.num_hidden_layers
     out = []
     for s0 in range(0, len(sequences), batch_size):
@@ -176,7 +138,5 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
             labels[tid].release_foresight()  # read lazily from the label file: hold one batch's at a time
             keys = sorted(k for k in rec if k[0] == b)
             if keys:
-                stack = [torch.stack([torch.stack([rec[k][layer][i] for layer in range(num_layers)]) for k in keys])
-                         for i in range(4)]
-                out.append(Rows(tid, *stack))
+                out.append(stack_events(tid, [rec[k] for k in keys], num_layers))
     return out

@@ -151,16 +151,6 @@ class PackedPart:
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, -1)
 
 
-def packed_tensors(ev, head_dim: int, num_groups: int) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    """The tensors and layout metadata of one trace's events (:class:`training.sl_features.TraceEvents` or
-    :class:`training.onpolicy.Rows`, dense features) in the packed layout, as the feature cache and DAgger's rows
-    files store them."""
-    tensors = pack(ev.features, ev.positions, head_dim, num_groups)
-    tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
-                   positions=ev.positions.contiguous())
-    return tensors, {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
-
-
 def mapped_features(meta: dict, tensors: dict[str, torch.Tensor], positions: torch.Tensor):
     """A saved file's features: a :class:`PackedPart` (packed layout) or the dense mapped
     tensor (files written before it). Raises ``ValueError`` on an unknown layout."""

@@ -21,13 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
@@ -37,27 +33,15 @@ from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
 from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
-from training.mapped_events import EventFeatures, map_safetensors
-from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, packed_bytes, packed_tensors
+from training.event_files import (RecordedEvents, check_free_space, concat_events, events_bytes, load_events,
+                                  repack_events, save_events, saved_metadata, stack_events)
+from training.packed_events import PACKED_LAYOUT
 
 FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
 
 
-@dataclass
-class TraceEvents:
-    """Recorded events of one trace: features (E, L, Hkv, C, D), alpha, evicted mask, positions (E, L, Hkv, C).
-    ``features`` is a dense tensor, or a :class:`~training.packed_events.PackedPart` when read from a packed file
-    (``EventFeatures([ev.features])[:]`` is the dense tensor either way)."""
-
-    trace_id: str
-    features: torch.Tensor | PackedPart
-    alpha: torch.Tensor
-    evicted: torch.Tensor
-    positions: torch.Tensor
-
-
 def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory, budget: int, interval: int,
-                   feature_dtype: torch.dtype = torch.float16, batch_size: int = 1) -> list[TraceEvents]:
+                   feature_dtype: torch.dtype = torch.float16, batch_size: int = 1) -> list[RecordedEvents]:
     """Replay ``sequences`` along their golden trajectories and record features + targets at every event.
 
     ``labels`` maps trace id -> :class:`golden.labels.TraceLabels`; ``extractor_factory()`` returns a fresh
@@ -90,41 +74,9 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
         num_layers = model.config.num_hidden_layers
         for b, tid in enumerate(ids):
             keys = sorted(k for k in rec if k[0] == b)
-            if not keys:
-                continue
-            per_event = [[rec[k][layer] for layer in range(num_layers)] for k in keys]
-            stack = [torch.stack([torch.stack([ev[layer][i] for layer in range(num_layers)]) for ev in per_event])
-                     for i in range(4)]
-            out.append(TraceEvents(tid, *stack))
+            if keys:
+                out.append(stack_events(tid, [rec[k] for k in keys], num_layers))
     return out
-
-
-def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:
-    """Bytes of the tensors that one trace's recorded events take in a feature-cache file (:func:`save_events`) or
-    a DAgger rows file (:func:`training.onpolicy.save_rows`), packed (:mod:`training.packed_events`): at each of the
-    labels' events every (layer, KV head, candidate) has its per-event feature columns in ``dtype``, a float32 α, a
-    uint8 evict flag and an int32 position; the static tables span every position up to the last event's newest
-    candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
-    if not labels.events:
-        return 0
-    cells = sum(ev.candidates.numel() for ev in labels.events)
-    layers, heads = labels.events[0].candidates.shape[:2]
-    last = max(int(ev.candidates.max()) for ev in labels.events) + 1
-    return packed_bytes(cells, layers * heads * last, head_dim, num_groups, dtype) + cells * (4 + 1 + 4)
-
-
-def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:
-    """Refuse, in one line, ``what`` (about to write ``need`` bytes under ``where``) when that disk has less free:
-    a disk that fills halfway through a replay wastes the replay."""
-    if need <= 0:
-        return
-    disk = Path(where)
-    while not disk.exists():  # a directory still to create: its disk is its nearest existing parent's
-        disk = disk.parent
-    free = shutil.disk_usage(disk).free
-    if need > free:
-        raise ForesightError(f"{what} will write about {need / 1e9:.3g} GB under {where}, but only "
-                             f"{free / 1e9:.3g} GB is free there; {remedy}")
 
 
 def trace_identity(input_ids, labels: TraceLabels) -> str:
@@ -137,46 +89,9 @@ def trace_identity(input_ids, labels: TraceLabels) -> str:
     return h.hexdigest()[:32]
 
 
-def save_events(path: Path, ev: TraceEvents, identity: str, head_dim: int, num_groups: int) -> None:
-    """Write one trace's events (dense features), packed, atomically (temp file + rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tensors, layout = packed_tensors(ev, head_dim, num_groups)
-    save_file(tensors, str(tmp),
-              metadata={"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": identity, **layout})
-    tmp.replace(path)
-
-
-def saved_metadata(path: Path) -> dict:
-    """The metadata of a saved event file (feature cache or DAgger rows) without reading its tensors; empty when
-    there is no file or it is unreadable (a damaged file is stale: it is extracted again)."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.metadata() or {}
-    except Exception:
-        return {}
-
-
-def saved_layout(path: Path) -> str | None:
-    """The layout recorded in a saved event file (None: the dense layout, or unreadable)."""
-    return saved_metadata(path).get("layout")
-
-
 def saved_identity(path: Path) -> str | None:
     """The identity recorded in a cached event file (None: no file, unreadable, or none recorded)."""
     return saved_metadata(path).get("identity") or None
-
-
-def load_events(path: Path) -> TraceEvents:
-    """A trace's cached events; the features stay memory-mapped (:mod:`training.mapped_events`)."""
-    try:
-        meta, t = map_safetensors(path)
-        positions = t["positions"].clone()
-        return TraceEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(),
-                           t["evicted"].bool(), positions)
-    except (OSError, KeyError, ValueError) as exc:
-        raise ForesightError(f"{path} is not a readable feature-cache file ({' '.join(str(exc).split())}); delete "
-                             "it and rerun to extract it again") from None
 
 
 class FeatureCache:
@@ -206,7 +121,8 @@ class FeatureCache:
         barrier()  # every rank has read the files' state before any rank rewrites one: the shares below agree
         mine = [r["trace_id"] for r in rows[dist.rank :: dist.world_size]]
         dense = [t for t in mine if meta[t].get("identity") == ident[t] and meta[t].get("layout") != PACKED_LAYOUT]
-        self._repack(dense, ident, dist)
+        repack_events([self.file(t) for t in dense], FEATURE_CACHE_FORMAT, self.head_dim, self.num_groups,
+                      "repack features", dist.is_main)
         check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.head_dim, self.num_groups,
                                                     getattr(torch, self.dtype)) for r in stale),
                          f"the feature cache ({len(stale)} trace files)", "free disk space or point feature_cache "
@@ -221,20 +137,11 @@ class FeatureCache:
                 lambda: FeatureExtractor(window=self.interval, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             for ev in events:
-                save_events(self.file(ev.trace_id), ev, ident[ev.trace_id], self.head_dim, self.num_groups)
+                save_events(self.file(ev.trace_id), ev, self.head_dim, self.num_groups, FEATURE_CACHE_FORMAT,
+                            identity=ident[ev.trace_id])
             bar.update(len(part))
         bar.close()
         barrier()
-
-    def _repack(self, trace_ids: list[str], ident: dict[str, str], dist) -> None:
-        """Rewrite the up-to-date files of ``trace_ids`` (this rank's, in the dense layout) packed, keeping their
-        identity ``ident[trace_id]`` (the same features: :func:`~training.packed_events.pack` checks it; no
-        replay)."""
-        for tid in tqdm(trace_ids, desc="repack features", unit="trace", disable=not (dist.is_main and trace_ids),
-                        dynamic_ncols=True):
-            ev = load_events(self.file(tid))
-            ev.features = ev.features.clone()  # read it all before the file is replaced
-            save_events(self.file(tid), ev, ident[tid], self.head_dim, self.num_groups)
 
     def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
         """The events of ``rows`` (traces without events have no file) concatenated: alpha, evicted, positions
@@ -248,9 +155,5 @@ class FeatureCache:
             if saved_identity(path) != trace_identity(r["input_ids"], labels[r["trace_id"]]):
                 raise ForesightError(f"{path} holds features of another version of trace {r['trace_id']!r} "
                                      "(other tokens or golden evictions); rerun to extract them again")
-            evs.append(load_events(path))
-        if not evs:
-            return None
-        out = {name: torch.cat([getattr(e, name) for e in evs]) for name in ("alpha", "evicted", "positions")}
-        out["features"] = EventFeatures([e.features for e in evs], columns)  # read in place, per batch
-        return out
+            evs.append(load_events(path, FEATURE_CACHE_FORMAT))
+        return concat_events(evs, columns)  # features read in place, per batch

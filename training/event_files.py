@@ -1,0 +1,151 @@
+"""One trace's recorded events and their file: the type that the feature cache and DAgger's rows share.
+
+Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory,
+the same thing at every event of one replay (DESIGN.md section 4, stages 1 and 1b): every candidate's features of
+every feature group (E, L, Hkv, C, D), its foresight value α, whether the oracle evicts it from *this* cache, and
+its position. :class:`RecordedEvents` holds one trace's; :func:`save_events` writes them packed
+(:mod:`training.packed_events`) and atomically, :func:`load_events` reads them back memory-mapped
+(:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the earlier dense
+layout packed (no replay), and :func:`concat_events` joins many traces' into what training reads
+(:func:`join_events` appends such joins). The two kinds of file differ only in the ``format`` recorded in their metadata (:data:`training.sl_features.FEATURE_CACHE_FORMAT`,
+:data:`training.onpolicy.ROWS_FORMAT`) and in whatever else their writer records there (the feature cache: each
+trace's identity).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from foresight.errors import ForesightError
+from golden.labels import TraceLabels
+from training.mapped_events import EventFeatures, map_safetensors
+from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
+
+#: metadata keys that describe the layout (rewritten by a repack); every other key is the writer's and is kept
+LAYOUT_KEYS = ("layout", "head_dim", "num_groups")
+TARGETS = ("alpha", "evicted", "positions")
+
+
+@dataclass
+class RecordedEvents:
+    """One trace's recorded events: features (E, L, Hkv, C, D) of every feature group, α of the candidates, the
+    oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C). ``features`` is a dense
+    tensor as recorded, or a :class:`~training.packed_events.PackedPart` as read from a packed file
+    (``EventFeatures([ev.features])[:]`` is the dense tensor either way)."""
+
+    trace_id: str
+    features: torch.Tensor | PackedPart
+    alpha: torch.Tensor
+    evicted: torch.Tensor
+    positions: torch.Tensor
+
+
+def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: int) -> RecordedEvents:
+    """One trace's events from what a replay recorded: per event (in order) ``{layer: (features, alpha, evicted,
+    positions)}`` with every layer present."""
+    fields = [torch.stack([torch.stack([ev[layer][i] for layer in range(num_layers)]) for ev in per_event])
+              for i in range(4)]
+    return RecordedEvents(trace_id, *fields)
+
+
+def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str, **metadata: str) -> None:
+    """Write ``ev`` (dense features) packed, atomically (temp file + rename, so a killed run never leaves a torn
+    file), with ``fmt``, the trace id and ``metadata`` in the file's metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tensors = pack(ev.features, ev.positions, head_dim, num_groups)
+    tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
+                   positions=ev.positions.contiguous())
+    layout = {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
+    save_file(tensors, str(tmp), metadata={**metadata, "format": fmt, "trace_id": ev.trace_id, **layout})
+    tmp.replace(path)
+
+
+def saved_metadata(path: Path) -> dict:
+    """The metadata of a saved events file without reading its tensors; empty when there is no file or it is
+    unreadable (a damaged file is stale: it is recorded again)."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            return f.metadata() or {}
+    except Exception:
+        return {}
+
+
+def _read(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
+    try:
+        meta, t = map_safetensors(path)
+        if meta.get("format") != fmt:
+            raise ValueError(f"format {meta.get('format')!r}")
+        positions = t["positions"].clone()
+        ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(),
+                            t["evicted"].bool(), positions)
+        return meta, ev
+    except (OSError, KeyError, ValueError) as exc:
+        raise ForesightError(f"{path} is not a readable {fmt} file ({' '.join(str(exc).split())}); delete it and "
+                             "rerun to record it again") from None
+
+
+def load_events(path: Path, fmt: str) -> RecordedEvents:
+    """A saved events file of format ``fmt``, packed or dense; its features stay memory-mapped."""
+    return _read(path, fmt)[1]
+
+
+def repack_events(paths: list[Path], fmt: str, head_dim: int, num_groups: int, desc: str, show: bool) -> None:
+    """Rewrite ``paths`` (files of format ``fmt`` in the dense layout) packed, keeping their writer's metadata
+    (:func:`~training.packed_events.pack` checks that the features are unchanged). No replay."""
+    for path in tqdm(paths, desc=desc, unit="trace", disable=not (show and paths), dynamic_ncols=True):
+        meta, ev = _read(path, fmt)
+        ev.features = ev.features.clone()  # read it all before the file is replaced
+        kept = {k: v for k, v in meta.items() if k not in (*LAYOUT_KEYS, "format", "trace_id")}
+        save_events(path, ev, head_dim, num_groups, fmt, **kept)
+
+
+def concat_events(evs: list[RecordedEvents], columns: torch.Tensor | None) -> dict | None:
+    """The events of ``evs`` in order, as training reads them: α, evict flags and positions concatenated in memory,
+    ``features`` an :class:`~training.mapped_events.EventFeatures` of ``columns`` read in place; None if none."""
+    if not evs:
+        return None
+    out = {name: torch.cat([getattr(e, name) for e in evs]) for name in TARGETS}
+    out["features"] = EventFeatures([e.features for e in evs], columns)
+    return out
+
+
+def join_events(parts: list[dict]) -> dict:
+    """Several :func:`concat_events` results as one, in order (their column selections must agree)."""
+    out = {name: torch.cat([p[name] for p in parts]) for name in TARGETS}
+    out["features"] = EventFeatures.cat([p["features"] for p in parts])  # still read in place
+    return out
+
+
+def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:
+    """Bytes of the tensors that one trace's recorded events take in its file (:func:`save_events`): at each of the
+    labels' events every (layer, KV head, candidate) has its per-event feature columns in ``dtype``, a float32 α, a
+    uint8 evict flag and an int32 position; the static tables span every position up to the last event's newest
+    candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
+    if not labels.events:
+        return 0
+    cells = sum(ev.candidates.numel() for ev in labels.events)
+    layers, heads = labels.events[0].candidates.shape[:2]
+    last = max(int(ev.candidates.max()) for ev in labels.events) + 1
+    return packed_bytes(cells, layers * heads * last, head_dim, num_groups, dtype) + cells * (4 + 1 + 4)
+
+
+def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:
+    """Refuse, in one line, ``what`` (about to write ``need`` bytes under ``where``) when that disk has less free:
+    a disk that fills halfway through a replay wastes the replay."""
+    if need <= 0:
+        return
+    disk = Path(where)
+    while not disk.exists():  # a directory still to create: its disk is its nearest existing parent's
+        disk = disk.parent
+    free = shutil.disk_usage(disk).free
+    if need > free:
+        raise ForesightError(f"{what} will write about {need / 1e9:.3g} GB under {where}, but only "
+                             f"{free / 1e9:.3g} GB is free there; {remedy}")
