@@ -222,7 +222,7 @@ def format_summary(s: dict) -> str:
     p1 = "n/a" if s["pass@1"] is None else f"{100 * s['pass@1']:.1f}%"
     tps = "n/a" if not s["tokens_per_s"] else f"{s['tokens_per_s']:.1f}"
     return "\n".join([
-        f"| data | policy | budget | interval | pass@1 | correct/samples | mean gen tokens | no \\boxed | "
+        "| data | policy | budget | interval | pass@1 | correct/samples | mean gen tokens | no \\boxed | "
         "peak KV entries | tokens/s |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         f"| {st.get('data')} | {st.get('policy')} | {st.get('budget')} | {st.get('interval')} | {p1} | "

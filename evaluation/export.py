@@ -133,7 +133,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         "",
         f"model, tok = foresight.load_model({fp.get('model', 'MODEL')!r})",
         f"scorer = Scorer.from_pretrained({str(out)!r}, model=model)  # checks the model fits",
-        f"res = foresight.generate(model, tok, 'prompt', policy=foresight.make_policy('learned', scorer=scorer),",
+        "res = foresight.generate(model, tok, 'prompt', policy=foresight.make_policy('learned', scorer=scorer),",
         f"                         budget={cfg.budget}, interval={cfg.interval})",
         "```",
         "",

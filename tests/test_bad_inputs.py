@@ -8,7 +8,6 @@ that no traceback escapes the real entry point. Damaged shards are redone on rer
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
 import sys

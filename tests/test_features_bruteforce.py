@@ -34,7 +34,6 @@ from foresight.feature_groups import ATTN_STATS, LOG_EPS, feature_columns
 from foresight.features import FeatureExtractor
 from foresight.policies.base import EvictionPolicy
 from foresight.policies.recorder import FeatureRecorder
-from tests.conftest import get_model
 
 B, W, DECAY = 16, 4, 0.9
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import asdict, replace
-from pathlib import Path
 from typing import Any
 
 import torch
