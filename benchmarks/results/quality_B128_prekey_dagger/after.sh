@@ -17,6 +17,8 @@ PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; B=128; W=32
 SL=$E/sl_B${B}_W${W}_prekey-value-attn-age
 P=benchmarks/results/quality_B128_recipe336; X=$E/heldout_extra16_traces
 F=${F:-$SL/scorer}   # the scorer measured: the final one, or F=$SL/rounds/round-R/scorer for a finished round
+# (session 29 extended the run to round 4, measured with F=$SL/rounds/round-4/scorer: compare_r4.txt; the packaged
+# scorer is round 3, whose runs are the unsuffixed ev128_* directories)
 [ -f $F/config.json ] || { echo "$F: run the recipe's SL stage first (see the header)" >&2; exit 2; }
 x=""; case $F in */rounds/round-*/scorer) x=${F%/scorer}; x=_r${x##*round-};; esac   # a round's runs: _rR
 ev() {  # ev OUT TRACES SCORER [extra args]: learned-only fidelity at B/W
