@@ -6,15 +6,8 @@ cd "$(dirname "$0")/../../.."; E=runs/quality/aime; PY=.venv/bin/python
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 two_ranks() { RANK=0 WORLD_SIZE=2 "$@" & local p0=$!; RANK=1 WORLD_SIZE=2 "$@" & local p1=$!; wait $p0 && wait $p1; }
 export OMP_NUM_THREADS=1
-mkdir -p $E
-$PY -c "import json,sys
-with open('$E/aime.jsonl','w') as out:
-    for n in ('aime24','aime25'):
-        for line in open(f'foresight/problem_sets/{n}.jsonl'):
-            r=json.loads(line); r['id']=f'{n}-{r[\"id\"]}'; out.write(json.dumps(r)+'\\n')"
 stamp traces
-two_ranks $PY -m foresight trace --model smollm2-135m --data $E/aime.jsonl --max-new-tokens 512 --batch-size 16 \
-    --seed 0 --out $E/traces --no-progress
+bash benchmarks/quality/aime_traces.sh $E
 stamp golden
 two_ranks $PY -m foresight golden --traces $E/traces --out $E/golden_B64_W16 --budget 64 --interval 16 --no-progress
 stamp quality

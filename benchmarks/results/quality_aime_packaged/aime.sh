@@ -13,15 +13,8 @@ R=benchmarks/results/quality_aime_packaged; A=benchmarks/results/quality_B64_aim
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 two_ranks() { RANK=0 WORLD_SIZE=2 "$@" & local p0=$!; RANK=1 WORLD_SIZE=2 "$@" & local p1=$!; wait $p0 && wait $p1; }
 export OMP_NUM_THREADS=1
-mkdir -p $E
-$PY -c "import json
-with open('$E/aime.jsonl','w') as out:
-    for n in ('aime24','aime25'):
-        for line in open(f'foresight/problem_sets/{n}.jsonl'):
-            r=json.loads(line); r['id']=f'{n}-{r[\"id\"]}'; out.write(json.dumps(r)+'\\n')"
 stamp traces
-two_ranks $PY -m foresight trace --model smollm2-135m --data $E/aime.jsonl --max-new-tokens 512 --batch-size 16 \
-    --seed 0 --out $E/traces --no-progress
+bash benchmarks/quality/aime_traces.sh $E
 ev() {  # ev OUT SCORER B W [extra args]: learned-only fidelity
   local out=$1 scorer=$2 b=$3 w=$4; shift 4
   [ -f $out/fidelity.json ] || OMP_NUM_THREADS=2 $PY -m foresight eval fidelity --model smollm2-135m --traces $E/traces \
