@@ -22,9 +22,9 @@ from safetensors.torch import save_file
 
 from foresight.errors import ForesightError, run_script
 from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
+from training.event_files import load_events
 from training.mapped_events import EventFeatures, map_safetensors
 from training.packed_events import PackedPart
-from training.event_files import load_events
 from training.sl_features import FEATURE_CACHE_FORMAT
 
 

@@ -90,7 +90,7 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     from training.event_files import load_events, saved_metadata
     from training.onpolicy import ROWS_FORMAT
     from training.sl import run_sl
-    from training.sl_features import FEATURE_CACHE_FORMAT, saved_identity
+    from training.sl_features import FEATURE_CACHE_FORMAT
 
     def fmt(f):
         return ROWS_FORMAT if f in row_files else FEATURE_CACHE_FORMAT
@@ -107,7 +107,7 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
         x = EventFeatures([ev.features])[:]
         dense[f] = x
         meta = {"format": ROWS_FORMAT, "trace_id": ev.trace_id} if f in row_files else \
-            {"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": saved_identity(f)}
+            {"format": FEATURE_CACHE_FORMAT, "trace_id": ev.trace_id, "identity": saved_metadata(f)["identity"]}
         save_file({"features": x.contiguous(), "alpha": ev.alpha.contiguous(),
                    "evicted": ev.evicted.to(torch.uint8).contiguous(), "positions": ev.positions.contiguous()},
                   str(f), metadata=meta)

@@ -324,8 +324,11 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     from golden.oracle import label_trace
     from training.sl import run_sl
     from training.mapped_events import EventFeatures
-    from training.event_files import load_events
-    from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache, saved_identity, trace_identity
+    from training.event_files import load_events, saved_metadata
+    from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache, trace_identity
+
+    def saved_identity(path):
+        return saved_metadata(path).get("identity")
 
     traces, labels = tiny_data
     run_sl(_cfg(tiny_data, tmp_path / "a", steps=2))

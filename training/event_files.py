@@ -7,9 +7,9 @@ its position. :class:`RecordedEvents` holds one trace's; :func:`save_events` wri
 (:mod:`training.packed_events`) and atomically, :func:`load_events` reads them back memory-mapped
 (:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the earlier dense
 layout packed (no replay), and :func:`concat_events` joins many traces' into what training reads
-(:func:`join_events` appends such joins). The two kinds of file differ only in the ``format`` recorded in their metadata (:data:`training.sl_features.FEATURE_CACHE_FORMAT`,
-:data:`training.onpolicy.ROWS_FORMAT`) and in whatever else their writer records there (the feature cache: each
-trace's identity).
+(:func:`join_events` appends such joins). The two kinds of file differ only in the ``format`` recorded in their
+metadata (:data:`training.sl_features.FEATURE_CACHE_FORMAT`, :data:`training.onpolicy.ROWS_FORMAT`) and in whatever
+else their writer records there (the feature cache: each trace's identity).
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from golden.labels import TraceLabels
 from training.mapped_events import EventFeatures, map_safetensors
 from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
 
-#: metadata keys that describe the layout (rewritten by a repack); every other key is the writer's and is kept
-LAYOUT_KEYS = ("layout", "head_dim", "num_groups")
 TARGETS = ("alpha", "evicted", "positions")
 
 
@@ -55,16 +53,18 @@ def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: i
     return RecordedEvents(trace_id, *fields)
 
 
-def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str, **metadata: str) -> None:
+def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str,
+                metadata: dict[str, str] | None = None) -> None:
     """Write ``ev`` (dense features) packed, atomically (temp file + rename, so a killed run never leaves a torn
-    file), with ``fmt``, the trace id and ``metadata`` in the file's metadata."""
+    file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
+    it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tensors = pack(ev.features, ev.positions, head_dim, num_groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
                    positions=ev.positions.contiguous())
     layout = {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
-    save_file(tensors, str(tmp), metadata={**metadata, "format": fmt, "trace_id": ev.trace_id, **layout})
+    save_file(tensors, str(tmp), metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id, **layout})
     tmp.replace(path)
 
 
@@ -78,7 +78,9 @@ def saved_metadata(path: Path) -> dict:
         return {}
 
 
-def _read(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
+def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
+    """``(metadata, events)`` of a saved events file of format ``fmt``, packed or dense; its features stay
+    memory-mapped. Raises :class:`ForesightError` (one line) on another format or an unreadable file."""
     try:
         meta, t = map_safetensors(path)
         if meta.get("format") != fmt:
@@ -93,18 +95,17 @@ def _read(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
 
 
 def load_events(path: Path, fmt: str) -> RecordedEvents:
-    """A saved events file of format ``fmt``, packed or dense; its features stay memory-mapped."""
-    return _read(path, fmt)[1]
+    """The events of a saved events file (:func:`read_events` without the metadata)."""
+    return read_events(path, fmt)[1]
 
 
 def repack_events(paths: list[Path], fmt: str, head_dim: int, num_groups: int, desc: str, show: bool) -> None:
     """Rewrite ``paths`` (files of format ``fmt`` in the dense layout) packed, keeping their writer's metadata
     (:func:`~training.packed_events.pack` checks that the features are unchanged). No replay."""
     for path in tqdm(paths, desc=desc, unit="trace", disable=not (show and paths), dynamic_ncols=True):
-        meta, ev = _read(path, fmt)
+        meta, ev = read_events(path, fmt)
         ev.features = ev.features.clone()  # read it all before the file is replaced
-        kept = {k: v for k, v in meta.items() if k not in (*LAYOUT_KEYS, "format", "trace_id")}
-        save_events(path, ev, head_dim, num_groups, fmt, **kept)
+        save_events(path, ev, head_dim, num_groups, fmt, meta)  # the layout keys are rewritten, the rest kept
 
 
 def concat_events(evs: list[RecordedEvents], columns: torch.Tensor | None) -> dict | None:

@@ -114,7 +114,7 @@ class PackedPart:
         self.head_dim, self.num_groups = head_dim, num_groups
         self.shape = torch.Size((e, layers, heads, c, feature_dim(ALL_GROUPS, head_dim, num_groups)))
         self.dtype = self.dynamic.dtype
-        self._plans: dict[tuple, tuple] = {}
+        self._plans: dict[tuple | None, list[tuple[str | None, torch.Tensor | None]]] = {}
 
     def _plan(self, columns: torch.Tensor | None) -> list[tuple[str | None, torch.Tensor | None]]:
         """The selected columns as runs read from one source each, in order: ``(group, local columns)`` for a static

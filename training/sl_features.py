@@ -33,7 +33,7 @@ from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import replay
 from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
-from training.event_files import (RecordedEvents, check_free_space, concat_events, events_bytes, load_events,
+from training.event_files import (RecordedEvents, check_free_space, concat_events, events_bytes, read_events,
                                   repack_events, save_events, saved_metadata, stack_events)
 from training.packed_events import PACKED_LAYOUT
 
@@ -89,11 +89,6 @@ def trace_identity(input_ids, labels: TraceLabels) -> str:
     return h.hexdigest()[:32]
 
 
-def saved_identity(path: Path) -> str | None:
-    """The identity recorded in a cached event file (None: no file, unreadable, or none recorded)."""
-    return saved_metadata(path).get("identity") or None
-
-
 class FeatureCache:
     """Per-trace event files of every feature group under ``root/<key>/`` (see the module docstring)."""
 
@@ -138,7 +133,7 @@ class FeatureCache:
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             for ev in events:
                 save_events(self.file(ev.trace_id), ev, self.head_dim, self.num_groups, FEATURE_CACHE_FORMAT,
-                            identity=ident[ev.trace_id])
+                            {"identity": ident[ev.trace_id]})
             bar.update(len(part))
         bar.close()
         barrier()
@@ -152,8 +147,9 @@ class FeatureCache:
             path = self.file(r["trace_id"])
             if not path.exists():
                 continue
-            if saved_identity(path) != trace_identity(r["input_ids"], labels[r["trace_id"]]):
+            meta, ev = read_events(path, FEATURE_CACHE_FORMAT)  # one read of the file's header
+            if meta.get("identity") != trace_identity(r["input_ids"], labels[r["trace_id"]]):
                 raise ForesightError(f"{path} holds features of another version of trace {r['trace_id']!r} "
                                      "(other tokens or golden evictions); rerun to extract them again")
-            evs.append(load_events(path, FEATURE_CACHE_FORMAT))
+            evs.append(ev)
         return concat_events(evs, columns)  # features read in place, per batch
