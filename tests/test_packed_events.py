@@ -116,8 +116,9 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     assert torch.equal(EventFeatures([load_events(cache_files[0], FEATURE_CACHE_FORMAT).features])[:],
                        dense[cache_files[0]])
     # a file of one kind is never read as the other
-    with pytest.raises(ForesightError, match="not a readable foresight-sl-features/2 file .*foresight-dagger-rows"):
-        load_events(row_files[0], FEATURE_CACHE_FORMAT)
+    with pytest.raises(ForesightError, match=r"is not a foresight-sl-features/2 file \(its format is "
+                                             r"'foresight-dagger-rows/1'\); pass a file or directory of that kind$"):
+        load_events(row_files[0], FEATURE_CACHE_FORMAT)  # and no advice to delete a good file of the other kind
 
     def no_replay(*a, **k):
         raise AssertionError("a dense file with an up-to-date identity must be repacked, not replayed")

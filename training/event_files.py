@@ -78,20 +78,29 @@ def saved_metadata(path: Path) -> dict:
         return {}
 
 
+def _damaged(path: Path, fmt: str, exc: Exception) -> ForesightError:
+    return ForesightError(f"{path} is not a readable {fmt} file ({' '.join(str(exc).split())}); delete it and rerun "
+                          "to record it again")
+
+
 def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
     """``(metadata, events)`` of a saved events file of format ``fmt``, packed or dense; its features stay
-    memory-mapped. Raises :class:`ForesightError` (one line) on another format or an unreadable file."""
+    memory-mapped. Raises :class:`ForesightError` (one line) on another format (a file of another kind: left as it
+    is) or an unreadable file (damaged: to be recorded again)."""
     try:
         meta, t = map_safetensors(path)
-        if meta.get("format") != fmt:
-            raise ValueError(f"format {meta.get('format')!r}")
+    except (OSError, ValueError) as exc:
+        raise _damaged(path, fmt, exc) from None
+    if meta.get("format") != fmt:
+        raise ForesightError(f"{path} is not a {fmt} file (its format is {meta.get('format')!r}); pass a file or "
+                             "directory of that kind")
+    try:
         positions = t["positions"].clone()
         ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(),
                             t["evicted"].bool(), positions)
         return meta, ev
     except (OSError, KeyError, ValueError) as exc:
-        raise ForesightError(f"{path} is not a readable {fmt} file ({' '.join(str(exc).split())}); delete it and "
-                             "rerun to record it again") from None
+        raise _damaged(path, fmt, exc) from None
 
 
 def load_events(path: Path, fmt: str) -> RecordedEvents:
