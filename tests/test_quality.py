@@ -127,6 +127,37 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
         _run_module().main(args[: i - 1] + args[i + 1 :])
 
 
+def test_benchmark_refuses_what_would_fail_after_the_replays_before_any(tmp_path, monkeypatch):
+    """A bad second setting, a policy named twice (or golden named), no heuristic, a missing --heldout-ids file and
+    bad numbers are refused before any replay and before --out is created (the summary used to fail only after every
+    replay of every setting, leaving a journal behind, or a traceback escaped)."""
+    import evaluation.fidelity as fidelity
+
+    model, _ = get_model("tiny-llama")
+    rows = save_random_traces(model, tmp_path / "traces", (40, 44), seed=5)
+    labels = [label_trace(model, torch.tensor([ids]), 16, 4, trace_id=t)
+              for t, ids in zip(rows["trace_id"], rows["input_ids"])]
+    (tmp_path / "g16").mkdir()
+    save_labels(tmp_path / "g16" / "labels.safetensors", labels)
+    out = tmp_path / "out"
+    args = ["--model", "tiny-llama", "--traces", str(tmp_path / "traces"), "--setting", f"16:4={tmp_path / 'g16'}",
+            "--policies", "h2o", "--out", str(out)]
+    monkeypatch.setattr(fidelity, "replay", lambda *a, **k: pytest.fail("replayed before refusing"))
+    for extra, match in ((["--setting", f"24:8={tmp_path / 'nothere'}"], "nothere"),
+                         (["--setting", f"24:8={tmp_path / 'g16'}"], "made for B=16 W=4, not B=24 W=8"),
+                         (["--policies", "h2o,h2o"], "h2o named twice"),
+                         (["--policies", "golden,h2o"], "golden named twice"),
+                         (["--policies", "full"], "no heuristic"),
+                         (["--heldout-ids", str(tmp_path / "ids.txt")], "ids.txt")):
+        with pytest.raises(ForesightError, match=match):
+            _run_module().main([*args, *extra])
+        assert not out.exists(), extra
+    for flag, value in (("--batch-size", "0"), ("--max-traces", "-1")):
+        with pytest.raises(SystemExit) as exc:
+            _run_module().main([*args, flag, value])
+        assert exc.value.code == 2 and not out.exists()
+
+
 def _quality_json(path: Path, model: str, records: list[dict]) -> str:
     for r in records:
         r.setdefault("tokens", 100)

@@ -31,9 +31,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
 from evaluation.policies import make_factory, parse_policy_args  # noqa: E402
-from evaluation.quality import quality_markdown, quality_summary  # noqa: E402
+from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
+from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E402
 from foresight.errors import ForesightError, run_script  # noqa: E402
-from foresight.models import load_model  # noqa: E402
+from foresight.models import load_model, model_fingerprint  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
@@ -69,8 +70,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a heuristic's or a learned stage's hyperparameter (repeatable; the grammar of every "
                    "`foresight` command), e.g. --policy-arg sl_sample.selection=sample --policy-arg lazy.seed=1")
     p.add_argument("--heldout-ids", default=None, help="keep only traces of these problem ids (one per line)")
-    p.add_argument("--max-traces", type=int, default=0, help="evaluate the first N held-out traces (0 = all)")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-traces", type=nonnegative_int, default=0,
+                   help="evaluate the first N held-out traces (0 = all)")
+    p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
@@ -116,6 +118,13 @@ def main(argv=None) -> int:
     if out.exists() and not out.is_dir():
         raise ForesightError(f"--out {out} exists and is not a directory")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    # the summary needs one record per policy and a heuristic to measure the gap from: refused now, not after
+    # every replay
+    twice = sorted({p for p in policies if policies.count(p) > 1} | ({"golden"} & set(policies)))
+    if twice:
+        raise ForesightError(f"--policies: {', '.join(twice)} named twice (golden is always evaluated)")
+    if not [p for p in policies if p not in REFERENCES]:
+        raise ForesightError(f"--policies {args.policies!r}: no heuristic to compare the learned stages against")
     stages, dirs = _stage_dirs(args.scorer)
     # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
     sha256 = {f"{s}@B{b}W{w}": scorer_sha256(d) for (s, b, w), d in dirs.items()}
@@ -137,7 +146,8 @@ def main(argv=None) -> int:
                 raise ForesightError(f"--scorer: stage {stage!r} has no scorer for B={b} W={w}")
     traces = load_traces(args.traces)
     if args.heldout_ids:
-        keep = {line.strip() for line in Path(args.heldout_ids).read_text().splitlines() if line.strip()}
+        keep = {line.strip() for line in read_text(args.heldout_ids, "--heldout-ids file").splitlines()
+                if line.strip()}
         traces = traces.filter(lambda r: r["problem_id"] in keep, keep_in_memory=True)  # nothing written there
     if args.max_traces:
         traces = traces.select(range(min(args.max_traces, len(traces))))
@@ -145,13 +155,21 @@ def main(argv=None) -> int:
         raise ForesightError(f"no held-out traces in {args.traces}")
     model, _ = load_model(args.model)
     seqs, ids = list(traces["input_ids"]), list(traces["trace_id"])
+    # every setting's golden labels and scorers are checked against this model and these traces before any replay
+    # (a bad second setting would otherwise be found only after the first setting's)
+    settings = []
+    for b, w, golden in args.setting:
+        base = make_factory(model=model, golden=golden, interval=w, policy_kwargs=kwargs)
+        base("golden", b).check_traces(ids, [list(map(int, s)) for s in seqs], model_fingerprint(model))
+        learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)], **kwargs[stage]) for stage in stages}
+        for policy in learned.values():
+            policy.model.check_compatible(model)
+        settings.append((b, w, base, learned))
 
     summaries, raw, started = [], [], time.time()
     journals = {(b, w): out / f"partial_B{b}_W{w}.jsonl" for b, w, _ in args.setting}  # a killed run resumes
     resumed = any(j.exists() for j in journals.values())
-    for b, w, golden in args.setting:
-        base = make_factory(model=model, golden=golden, interval=w, policy_kwargs=kwargs)
-        learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)], **kwargs[stage]) for stage in stages}
+    for b, w, base, learned in settings:
 
         def factory(name, budget, base=base, learned=learned):
             return learned[name] if name in learned else base(name, budget)
