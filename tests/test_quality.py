@@ -341,6 +341,34 @@ def test_card_takes_golden_and_best_from_a_reference_run_for_eval_fidelity_stage
         card.card_records(old_t, ev("os2", "sample", {"scorer": "runs/y/scorer"}), 16, 4, reference=ref("q.json"))
 
 
+def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_path):
+    """Two runs with as many held-out traces but different ones (or another model) made one curve silently; a missing
+    or damaged file was a traceback."""
+    scaling = _run_module("scaling")
+
+    def run(name, n, ids=("a", "b"), model="m", ce_full=0.5):
+        recs = [_rec("golden", dict.fromkeys(ids, 1.0)), _rec("h2o", dict.fromkeys(ids, 1.2)),
+                _rec(f"sl_{n}", dict.fromkeys(ids, 1.1))]
+        for r in recs:
+            r.update(tokens=100, ce_full=ce_full)
+        (tmp_path / name).write_text(json.dumps({"meta": {"model": model}, "records": recs,
+                                                 "summaries": [quality_summary(recs, [f"sl_{n}"])]}))
+        return str(tmp_path / name)
+
+    out = ["--out", str(tmp_path / "s.png")]
+    assert scaling.main([run("a.json", 10), run("b.json", 30), *out]) == 0
+    for other, match in ((run("c.json", 30, ids=("a", "c")), "different traces"),
+                         (run("d.json", 30, model="m2"), "model differs"),
+                         (run("e.json", 30, ce_full=0.7), "full-cache CE"),
+                         (str(tmp_path / "missing.json"), "missing.json"),
+                         (str(tmp_path), "is a directory")):
+        with pytest.raises(ForesightError, match=match):
+            scaling.main([str(tmp_path / "a.json"), other, *out])
+    (tmp_path / "f.json").write_text(json.dumps({"summaries": [{"budget": 16}], "records": []}))
+    with pytest.raises(ForesightError, match="f.json: not a quality.json summary"):
+        scaling.main([str(tmp_path / "f.json"), *out])
+
+
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):
     summarise = _run_module("summarise")
     recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]

@@ -11,34 +11,53 @@ its pooled loss ratio against N, with the best heuristic and golden of the same 
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import sys
 from pathlib import Path
 
 from matplotlib.figure import Figure
+
+from evaluation.quality import check_comparable, load_record, same_traces
+from foresight.config import read_json
+from foresight.errors import ForesightError, run_script
 
 STAGE = re.compile(r"^(?P<label>.+)_(?P<n>\d+)$")
 
 
 def collect(paths: list[str]) -> tuple[dict, dict[str, list[tuple[int, float, float]]]]:
-    """The first run's summary (reference lines) and, per stage label, (N, pooled, mean per-trace) points."""
-    ref, curves, shape = None, {}, None
+    """The first run's summary (reference lines) and, per stage label, (N, pooled, mean per-trace) points. Every
+    file must be a quality.json of one setting on the same model and held-out traces as the first (its golden
+    record's trace ids, scored tokens and full-cache CE), else the curve would mix held-out sets."""
+    ref, curves, shape, golden = None, {}, None, None
     for path in paths:
-        data = json.loads(Path(path).read_text())
-        for s in data["summaries"]:
-            key = (s["budget"], s["interval"], s["traces"])
-            if shape is None:
-                shape, ref = key, s
-            elif key != shape:
-                raise SystemExit(f"{path}: setting/traces {key} differ from the first file's {shape}; "
-                                 "a curve needs one held-out set")
-            for st in s["stages"]:
-                m = STAGE.match(st["stage"])
-                if m:
-                    curves.setdefault(m["label"], []).append((int(m["n"]), st["loss_ratio"], st["mean_trace_ratio"]))
+        data = read_json(path, "quality.json")
+        summaries = data.get("summaries")
+        if not isinstance(summaries, list) or not all(isinstance(s, dict) for s in summaries):
+            raise ForesightError(f"{path}: not a quality.json (no 'summaries')")
+        try:
+            for s in summaries:
+                key = (s["budget"], s["interval"], s["traces"])
+                if shape is None:
+                    shape, ref = key, s
+                    if not {"golden", s["best_heuristic"]} <= set(s["policies"]):  # the reference lines
+                        raise ForesightError(f"{path}: its summary has no golden or best-heuristic entry")
+                elif key != shape:
+                    raise ForesightError(f"{path}: setting/traces {key} differ from the first file's {shape}; "
+                                         "a curve needs one held-out set")
+                meta, rec = load_record(f"{path}:golden", *key[:2])
+                if golden is None:
+                    golden = (f"{path}:golden", meta, rec)
+                else:
+                    check_comparable(golden[1], golden[2], meta, rec, golden[0], f"{path}:golden")
+                    same_traces(golden[2], rec, golden[0], f"{path}:golden")
+                for st in s["stages"]:
+                    m = STAGE.match(st["stage"])
+                    if m:
+                        curves.setdefault(m["label"], []).append((int(m["n"]), st["loss_ratio"],
+                                                                  st["mean_trace_ratio"]))
+        except (KeyError, TypeError) as exc:
+            raise ForesightError(f"{path}: not a quality.json summary (missing or malformed {exc})") from None
     if ref is None or not curves:
-        raise SystemExit("no stage named <label>_<N> in the given files")
+        raise ForesightError("no stage named <label>_<N> in the given files")
     return ref, {k: sorted(set(v)) for k, v in curves.items()}
 
 
@@ -64,7 +83,10 @@ def main(argv=None) -> int:
     fig.tight_layout()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    try:
+        fig.savefig(out, dpi=120)
+    except (OSError, ValueError) as exc:
+        raise ForesightError(f"--out {out}: cannot write the plot ({exc})") from None
     for label, pts in curves.items():
         print(label, ", ".join(f"N={n}: {r:.4f}" for n, r, _ in pts))
     print(f"wrote {out}")
@@ -72,4 +94,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main, "scaling")
