@@ -369,6 +369,24 @@ def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_
         scaling.main([str(tmp_path / "f.json"), *out])
 
 
+def test_card_and_summarise_refuse_malformed_quality_json_in_one_line(tmp_path):
+    """A reference run without 'records' (or with records that are not objects) and a quality.json whose records
+    lack the keys a summary reads were tracebacks (KeyError, AttributeError)."""
+    card, summarise = _run_module("card"), _run_module("summarise")
+    summary = {"budget": 16, "interval": 4, "best_heuristic": "h2o"}
+    for name, data in (("no_records.json", {"meta": {"model": "m"}, "summaries": [summary]}),
+                       ("int_records.json", {"meta": {"model": "m"}, "summaries": [summary], "records": [3]})):
+        (tmp_path / name).write_text(json.dumps(data))
+        with pytest.raises(ForesightError, match=name):
+            card._golden_and_best(str(tmp_path / name), 16, 4)
+    for records, match in (([3], "record 0 has no policy"),
+                           ([{"policy": "sl", "budget": 16, "interval": 4}], "record 0 has no traces")):
+        (tmp_path / "q.json").write_text(json.dumps({"summaries": [{**summary, "stages": [{"stage": "sl"}]}],
+                                                     "records": records}))
+        with pytest.raises(ForesightError, match=match):
+            summarise.main([str(tmp_path / "q.json")])
+
+
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):
     summarise = _run_module("summarise")
     recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]

@@ -55,16 +55,15 @@ def _golden_and_best(run_file: str, budget: int, interval: int) -> tuple[dict, l
     except (OSError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{run_file}: not a readable quality.json ({exc})") from None
     summaries = data.get("summaries", []) if isinstance(data, dict) else []
-    summary = next((s for s in summaries if (s.get("budget"), s.get("interval")) == (budget, interval)), None)
+    summary = next((s for s in summaries if isinstance(s, dict)
+                    and (s.get("budget"), s.get("interval")) == (budget, interval)), None)
     if summary is None or not summary.get("best_heuristic"):
         raise ForesightError(f"{run_file}: no quality summary with a best heuristic at B={budget} W={interval} "
                              "(a fidelity.json stage takes them from --reference, a quality.json on the same traces)")
-    best = summary["best_heuristic"]
-    at = [r for r in data["records"] if (r.get("budget"), r.get("interval")) == (budget, interval)]
-    keep = [next((r for r in at if r.get("policy") == name), None) for name in ("golden", best)]
-    if None in keep:
-        raise ForesightError(f"{run_file}: no golden or {best} record at B={budget} W={interval}")
-    return data.get("meta") or {}, keep
+    # the two records, checked as every stage is (a list of records, each with the keys a comparison reads)
+    (meta, golden), (_, best) = (load_record(f"{run_file}:{name}", budget, interval)
+                                 for name in ("golden", summary["best_heuristic"]))
+    return meta, [golden, best]
 
 
 def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,

@@ -17,6 +17,9 @@ from pathlib import Path
 from evaluation.quality import quality_markdown, quality_summary
 from foresight.errors import ForesightError, run_script
 
+#: what :func:`evaluation.quality.quality_summary` reads of each record
+SUMMARY_KEYS = ("policy", "budget", "interval", "traces", "per_trace_ratio", "loss_ratio", "mean_trace_ratio")
+
 
 def resummarise(path: Path, seed: int = 0) -> dict:
     """The run's data with its summaries recomputed from its records (same settings and stages, in order)."""
@@ -26,6 +29,13 @@ def resummarise(path: Path, seed: int = 0) -> dict:
         raise ForesightError(f"{path}: not a readable quality.json ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("summaries", "records")):
         raise ForesightError(f"{path}: not a quality.json (no 'summaries' and 'records')")
+    for i, r in enumerate(data["records"]):
+        missing = [k for k in SUMMARY_KEYS if not isinstance(r, dict) or k not in r]
+        if missing:
+            raise ForesightError(f"{path}: record {i} has no {', '.join(missing)}")
+    if not all(isinstance(old, dict) and isinstance(old.get("stages", []), list)
+               and all(isinstance(st, dict) for st in old.get("stages", [])) for old in data["summaries"]):
+        raise ForesightError(f"{path}: a summary is not an object with a list of 'stages'")
     summaries = []
     for old in data["summaries"]:
         setting = (old.get("budget"), old.get("interval"))
