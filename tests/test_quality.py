@@ -237,9 +237,11 @@ def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, ca
     by_length = _run_module("by_length")
     save_random_traces(tiny_llama[0], tmp_path / "tr", [20, 30, 60, 70], prefix="t")
     ids = ["t0#0", "t1#0", "t2#0", "t3#0"]
+    # the run scored the positions >= B+W of each trace but the last: 0 + 9 + 39 + 49 at B=16 W=4
     bench = _quality_json(tmp_path / "q.json", "m", [
-        _rec("golden", dict(zip(ids, (1.0, 1.0, 1.0, 1.2)))), _rec("tova", dict(zip(ids, (1.4, 1.6, 1.5, 1.5)))),
-        _rec("sl", dict(zip(ids, (1.1, 1.1, 1.4, 1.5))))])
+        {**r, "tokens": 97} for r in (_rec("golden", dict(zip(ids, (1.0, 1.0, 1.0, 1.2)))),
+                                      _rec("tova", dict(zip(ids, (1.4, 1.6, 1.5, 1.5)))),
+                                      _rec("sl", dict(zip(ids, (1.1, 1.1, 1.4, 1.5)))))])
     rows = by_length.by_length(str(tmp_path / "tr"), f"{bench}:tova", [f"{bench}:sl"], 16, 4, edges=(50,))
     assert [(r["from"], r["to"], r["traces"]) for r in rows] == [(0, 50, 2), (50, None, 2)]
     assert math.isclose(rows[0]["shares"][f"{bench}:sl"], (1.5 - 1.1) / 0.5)  # short traces: 80%
@@ -250,6 +252,11 @@ def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, ca
     save_random_traces(tiny_llama[0], tmp_path / "other", [20, 30], prefix="t")
     with pytest.raises(ForesightError, match="holds no trace 't2#0'"):
         by_length.by_length(str(tmp_path / "other"), f"{bench}:tova", [f"{bench}:sl"], 16, 4)
+    # the same ids, other lengths (e.g. regenerated traces): they would be bucketed by lengths the run never measured
+    save_random_traces(tiny_llama[0], tmp_path / "regenerated", [20, 30, 60, 80], prefix="t")
+    with pytest.raises(ForesightError, match="regenerated: its traces give 107 scored tokens at B=16 W=4, the run "
+                                             "scored 97"):
+        by_length.by_length(str(tmp_path / "regenerated"), f"{bench}:tova", [f"{bench}:sl"], 16, 4, edges=(50,))
     with pytest.raises(ForesightError, match="increasing positive"):
         by_length.by_length(str(tmp_path / "tr"), f"{bench}:tova", [f"{bench}:sl"], 16, 4, edges=(50, 20))
     with pytest.raises(ForesightError, match="expected comma-separated integers"):

@@ -45,6 +45,12 @@ def by_length(traces: str, gap: str, stages: list[str], budget: int, interval: i
     if missing:
         raise ForesightError(f"{traces}: holds no trace {missing[0]!r} ({len(missing)} of the run's traces missing); "
                              "pass the traces the run measured")
+    # the run scored the positions >= B+W of each trace but the last: traces of other lengths under the same ids (e.g.
+    # regenerated) would be bucketed by lengths the run never measured
+    scored = sum(max(0, lengths[t] - 1 - (budget + interval)) for t in ids)
+    if scored != best["tokens"]:
+        raise ForesightError(f"{traces}: its traces give {scored} scored tokens at B={budget} W={interval}, the run "
+                             f"scored {best['tokens']}; not the traces the run measured")
     n = np.array([lengths[t] for t in ids])
     w, g = (np.array([r["per_trace_ratio"][t] for t in ids]) for r in (best, golden))
     bounds = [0, *edges, None]
