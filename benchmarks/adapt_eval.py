@@ -27,6 +27,7 @@ from pathlib import Path
 from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory, parse_policies, parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
+from foresight.config import nonnegative_int, positive_int
 from foresight.errors import ForesightError, run_script
 from foresight.models import load_model
 from foresight.policies import make_policy
@@ -48,10 +49,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(`foresight train sl adapter=...`); default: --scorer on both sides")
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--interval", type=int, required=True)
-    p.add_argument("--sinks", type=int, default=0)
+    p.add_argument("--sinks", type=nonnegative_int, default=0)
     p.add_argument("--policy-arg", action="append", default=[], metavar="[POLICY.]KEY=VALUE")
-    p.add_argument("--max-traces", type=int, default=0, help="the first N traces (0 = all)")
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-traces", type=nonnegative_int, default=0, help="the first N traces (0 = all)")
+    p.add_argument("--batch-size", type=positive_int, default=4)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 import foresight
+from foresight.config import positive_int
 from golden.traces import load_traces
 
 #: label -> (policy name, policy kwargs, pass the trace's prompt length)
@@ -43,7 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--budget", type=int, default=64)
     p.add_argument("--interval", type=int, default=16)
-    p.add_argument("--limit", type=int, default=None, help="first N traces only")
+    p.add_argument("--limit", type=positive_int, default=None, help="first N traces only")
     p.add_argument("--out", default="benchmarks/results/lazy_variants.json")
     args = p.parse_args(argv)
 

@@ -430,6 +430,17 @@ def test_adapt_eval_script_reproduces_the_trainers_heldout_evaluation_and_refuse
     assert not (tmp_path / "bad").exists()  # refused before writing anything
 
 
+@pytest.mark.parametrize("flag,value", [("--max-traces", "-1"), ("--batch-size", "0"), ("--sinks", "-2")])
+def test_adapt_eval_refuses_bad_numbers_when_parsing(flag, value, capsys):
+    """``--max-traces -1`` used to drop the last trace silently (``rows[:-1]``) and ``--batch-size 0`` ended in a
+    traceback after both models' replays had been set up: argparse refuses them, exit 2, naming the flag."""
+    mod = load_script("adapt_eval.py")
+    with pytest.raises(SystemExit) as exc:
+        mod.parse_args(["--adapter", "a", "--traces", "t", "--policies", "h2o", "--budget", "16", "--interval", "4",
+                        "--out", "o", flag, value])
+    assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
 def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_against_system(data, tmp_path, capsys):
     """--adapted-scorer (DESIGN 4b, scorer alternated with the adapter): the adapted side evicts with a scorer whose
     fingerprint carries the adapter, and its record equals `eval fidelity` of the merged adapted model with that
