@@ -14,6 +14,7 @@ import glob
 
 import torch
 
+from foresight.errors import ForesightError, run_script
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
 from foresight.features import FEATURE_GROUPS, feature_columns
@@ -22,14 +23,28 @@ from training.event_files import load_events
 from training.sl_features import FEATURE_CACHE_FORMAT
 
 
-def main() -> None:
+def _temperatures(text: str) -> list[float]:
+    try:
+        out = [float(v) for v in text.split(",")]
+    except ValueError:
+        raise ForesightError(f"--temperatures {text!r}: expected comma-separated numbers, e.g. 1,0.1") from None
+    if not all(t > 0 for t in out):  # also refuses nan
+        raise ForesightError(f"--temperatures {text!r}: every temperature must be > 0")
+    return out
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("scorer")
     p.add_argument("features", help="feature cache dir of `foresight train sl` (all feature groups cached)")
     p.add_argument("--temperatures", default="1,0.3,0.1,0.03,0.01")
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    temperatures = _temperatures(args.temperatures)
     sc = Scorer.from_pretrained(args.scorer)
     files = sorted(glob.glob(f"{args.features}/*/*.safetensors"))
+    if not files:
+        raise ForesightError(f"{args.features}: no feature files (<key>/*.safetensors); pass the features directory "
+                             "of a `foresight train sl` run")
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
                                         sc.config.fingerprint["head_dim"], sc.config.num_groups))
@@ -39,11 +54,12 @@ def main() -> None:
     w = sc.config.interval
     print(f"rows {tuple(s.shape)}; median per-row score std {s.std(-1).median():.3f}; random overlap {w / s.shape[-1]:.3f}")
     top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, (-s).topk(w, -1).indices, True)
-    for t in (float(v) for v in args.temperatures.split(",")):
+    for t in temperatures:
         draw = gumbel_topk(-s / t, w, generator=torch.Generator().manual_seed(0))
         m = torch.zeros_like(top).scatter_(-1, draw, True)
         print(f"T={t:g}: overlap sampled vs top-k evict set {(m & top).sum(-1).float().mean() / w:.3f}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "grpo_temperature")

@@ -262,3 +262,31 @@ def test_config_validation(bad):
     base = {"traces": "t", "init_scorer": "s", "steps": 4, "checkpoint_every": 2}
     with pytest.raises(ValueError):
         GRPOConfig.from_dict({**base, **bad})
+
+
+def test_grpo_temperature_script_refuses_bad_inputs_in_one_line(tmp_path):
+    """benchmarks/grpo_temperature.py ran outside the scripts' contract: a missing scorer or an empty features
+    directory was a traceback (exit 1), a temperature of 0 divided by zero."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from foresight.errors import ForesightError
+    from tests.conftest import load_script
+
+    model, _ = get_model("tiny-llama")
+    Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=4), seed=0) \
+        .save_pretrained(tmp_path / "scorer")
+    (tmp_path / "features").mkdir()
+    mod = load_script("grpo_temperature.py")
+    for argv, match in (([str(tmp_path / "nothere"), str(tmp_path / "features")], "nothere"),
+                        ([str(tmp_path / "scorer"), str(tmp_path / "features")], "features: no feature files"),
+                        ([str(tmp_path / "scorer"), str(tmp_path / "features"), "--temperatures", "1,0"], "> 0"),
+                        ([str(tmp_path / "scorer"), str(tmp_path / "features"), "--temperatures", "hot"], "'hot'")):
+        with pytest.raises(ForesightError, match=match):
+            mod.main(argv)
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "grpo_temperature.py"), str(tmp_path / "nothere"),
+                           str(tmp_path / "features")], capture_output=True, text=True, cwd=repo, timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("grpo_temperature: error:"), proc.stderr
