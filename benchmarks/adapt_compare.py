@@ -22,7 +22,7 @@ from pathlib import Path
 
 from evaluation.adapted import compare_adapters
 from foresight.config import check_output_file, read_json
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 #: What each record of an ``adapt_eval.py`` output needs for the comparison.
 RECORD_KEYS = ("policy", "loss_ratio", "ce_full", "tokens", "per_trace_ratio")
@@ -62,7 +62,7 @@ def markdown(res: dict) -> str:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", help="adapt_eval.py JSON of adapter A")
     p.add_argument("b", help="adapt_eval.py JSON of adapter B (subtracted)")
     p.add_argument("--policy", default="learned", help="the policy both were measured under (default learned)")

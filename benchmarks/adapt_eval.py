@@ -28,7 +28,7 @@ from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory, parse_policies, parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
 from foresight.config import nonnegative_int, positive_int
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import load_model
 from foresight.policies import make_policy
 from foresight.scorer import resolve_scorer, scorer_sha256
@@ -36,7 +36,7 @@ from training.adapt import base_model_traces, longer_than
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--adapter", required=True, help="`foresight train adapt` output (<out_dir>/adapter)")
     p.add_argument("--traces", required=True, help="the base model's held-out traces (`foresight trace` output)")

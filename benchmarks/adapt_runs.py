@@ -31,7 +31,7 @@ from pathlib import Path
 from evaluation.stats import paired_bootstrap
 from foresight.adapters import TRAINING_META, read_training_meta
 from foresight.config import check_output_file
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from training.checkpoint import find_latest, latest_step
 from training.logging import read_metrics
 
@@ -175,7 +175,7 @@ def plot(res: dict, path: str | Path) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("run_a", help="a `foresight train adapt` out_dir")
     p.add_argument("run_b", help="another one, trained on the same data order")
     p.add_argument("--metric", default="loss", help=f"one of {', '.join(METRICS)} (default loss: the window mean)")

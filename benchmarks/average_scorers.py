@@ -10,15 +10,14 @@ decay (one line, exit 2, otherwise). The output records its members and their we
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, scorer_sha256
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("members", nargs="+", help="scorer directories or shipped names (two or more)")
     ap.add_argument("--out", required=True, help="directory to write the averaged scorer to (must not exist)")
     args = ap.parse_args(argv)

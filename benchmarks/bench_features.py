@@ -9,7 +9,6 @@ interleaved, in one run (a ratio measured side by side; absolute numbers depend 
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import sys
 import time
@@ -17,6 +16,7 @@ import time
 import torch
 
 import foresight.features as current
+from foresight.errors import OneLineParser, run_script
 from foresight.views import EvictView, StepView
 
 
@@ -47,7 +47,7 @@ def run(mod, steps: int, layers: int, hkv: int, groups: int, d: int, budget: int
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--budget", type=int, default=256)
     p.add_argument("--interval", type=int, default=64)
@@ -69,4 +69,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_features")

@@ -15,12 +15,13 @@ Usage: ``python benchmarks/bench_golden.py [--model smollm2-135m --tokens 4096 -
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
 import torch
+
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 
 def _rss_kb(field: str) -> int:
@@ -75,7 +76,7 @@ def build_trace(tokenizer, tokens: int) -> list[int]:
             ids += tokenizer(text)["input_ids"]
             if len(ids) >= tokens:
                 return ids[:tokens]
-    raise SystemExit(f"not enough text for {tokens} tokens")
+    raise ForesightError(f"not enough text for {tokens} tokens")
 
 
 def gib(x: float) -> str:
@@ -83,7 +84,7 @@ def gib(x: float) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tokens", type=int, default=4096)
     ap.add_argument("--budget", type=int, default=256)
@@ -140,4 +141,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_golden")

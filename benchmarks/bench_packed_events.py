@@ -12,7 +12,6 @@ their size alone, once the dense ones outgrow the page cache).
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
 from training.event_files import load_events
 from training.mapped_events import EventFeatures, map_safetensors
@@ -29,7 +28,7 @@ from training.sl_features import FEATURE_CACHE_FORMAT
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("cache", help="a feature-cache directory of packed .safetensors files")
     p.add_argument("--files", type=int, default=40)
     p.add_argument("--features", default="prekey,value,attn,age")

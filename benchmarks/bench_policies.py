@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 import foresight
+from foresight.errors import OneLineParser, run_script
 from foresight.policies import POLICIES, make_policy, policy_names
 
 REFERENCE = "streaming_llm"
@@ -56,7 +57,7 @@ def run_once(model, tok, prompt_ids, name, args) -> float:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--policies", default=None, help="comma-separated names (default: every runnable policy)")
     p.add_argument("--new-tokens", type=int, default=1024)
@@ -117,4 +118,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main, "bench_policies")

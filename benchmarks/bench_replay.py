@@ -20,7 +20,7 @@ import torch
 
 import foresight
 from foresight.config import positive_int
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.runtime import FULL_PIECE
 from golden.traces import load_traces
 
@@ -41,7 +41,7 @@ def _random(args, vocab: int) -> list[list[int]]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--traces", default=None, help="a `foresight trace` directory (default: random tokens)")
     ap.add_argument("--limit", type=positive_int, default=4, help="traces (or random sequences) replayed")

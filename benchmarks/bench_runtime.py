@@ -16,6 +16,7 @@ import time
 import torch
 
 import foresight
+from foresight.errors import OneLineParser, run_script
 
 
 def _time(fn) -> float:
@@ -25,7 +26,7 @@ def _time(fn) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--repeats", type=int, default=3)
@@ -72,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "bench_runtime")

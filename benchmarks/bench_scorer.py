@@ -11,14 +11,13 @@ feature set and width times the policy honestly. Its *quality* is meaningless: n
 
 from __future__ import annotations
 
-import argparse
 
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, ScorerConfig
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--like", required=True, help="scorer directory or shipped name whose architecture to copy")
     ap.add_argument("--budget", type=int, required=True)
     ap.add_argument("--interval", type=int, required=True)

@@ -13,13 +13,12 @@ feature set and width at the benchmark's (B, W), which costs what a trained one 
 
 from __future__ import annotations
 
-import argparse
 
 import torch
 import transformers
 
 from evaluation.efficiency import bench_table, benchmark, write_bench
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
 from foresight.policies import make_policy, policy_names
 from foresight.schedule import CacheConfig
@@ -61,7 +60,7 @@ def random_model(shape: str, device: torch.device, dtype: torch.dtype, seed: int
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", required=True, choices=sorted(SHAPES))
     ap.add_argument("--budget", type=int, required=True)
     ap.add_argument("--interval", type=int, required=True)

@@ -9,12 +9,11 @@ prints, per temperature, the mean overlap between a Plackett–Luce sampled evic
 
 from __future__ import annotations
 
-import argparse
 import glob
 
 import torch
 
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
 from foresight.features import FEATURE_GROUPS, feature_columns
@@ -34,7 +33,7 @@ def _temperatures(text: str) -> list[float]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser()
+    p = OneLineParser()
     p.add_argument("scorer")
     p.add_argument("features", help="feature cache dir of `foresight train sl` (all feature groups cached)")
     p.add_argument("--temperatures", default="1,0.3,0.1,0.03,0.01")

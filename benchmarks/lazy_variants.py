@@ -17,7 +17,6 @@ JSON goes to ``benchmarks/results/lazy_variants.json`` (``--out``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch
 
 import foresight
 from foresight.config import positive_int
+from foresight.errors import OneLineParser, run_script
 from golden.traces import load_traces
 
 #: label -> (policy name, policy kwargs, pass the trace's prompt length)
@@ -39,7 +39,7 @@ VARIANTS = {
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = OneLineParser(description=__doc__.split("\n")[0])
     p.add_argument("--traces", required=True, help="a `foresight trace` output directory")
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--budget", type=int, default=64)
@@ -91,4 +91,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_script(main, "lazy_variants")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Callable, NoReturn
 
 
 class ForesightError(Exception):
     """Base class of user-facing errors."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """Usage errors as one line (``foresight generate: error: argument --top-p: ...``), exit status 2: the parser
+    of ``foresight`` and of every stand-alone script."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 def run_script(main: Callable[[], int], prog: str) -> NoReturn:

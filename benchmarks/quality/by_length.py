@@ -14,13 +14,12 @@ every one must come from the same model and traces as the run (checked as ``comp
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
 from evaluation.quality import check_comparable, load_gap_references, load_record, same_traces
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from golden.traces import load_traces
 
 
@@ -70,7 +69,7 @@ def by_length(traces: str, gap: str, stages: list[str], budget: int, interval: i
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("stages", nargs="+", help="FILE:STAGE (quality.json stage or fidelity.json policy)")
     p.add_argument("--traces", required=True, help="the traces the run measured (`foresight trace` output)")
     p.add_argument("--gap", required=True, metavar="FILE:HEURISTIC", help="a quality.json and its heuristic")

@@ -22,12 +22,11 @@ take golden and the best heuristic from ``--reference``, a quality benchmark run
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from evaluation.quality import check_comparable, load_record, same_traces
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 
 def _selection(record: dict, spec: str) -> tuple[str, float]:
@@ -99,7 +98,7 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--topk", required=True, help="FILE:STAGE of the scorer measured with top-k selection")
     p.add_argument("--sample", required=True, help="FILE:STAGE of the same scorer measured with selection=sample")
     p.add_argument("--budget", type=int, required=True)

@@ -17,10 +17,9 @@ golden and the heuristic from one quality benchmark run on the same traces.
 
 from __future__ import annotations
 
-import argparse
 
 from evaluation.quality import check_comparable, gap_share, load_gap_references, load_record, paired_difference
-from foresight.errors import run_script
+from foresight.errors import OneLineParser, run_script
 
 
 def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0, gap: str | None = None) -> dict:
@@ -44,7 +43,7 @@ def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0,
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", help="FILE:STAGE (quality.json and a stage or policy name in it)")
     p.add_argument("b", help="FILE:STAGE to subtract")
     p.add_argument("--budget", type=int, required=True)

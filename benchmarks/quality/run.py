@@ -33,7 +33,7 @@ from evaluation.fidelity import evaluate_fidelity  # noqa: E402
 from evaluation.policies import make_factory, parse_policy_args  # noqa: E402
 from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
 from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E402
-from foresight.errors import ForesightError, run_script  # noqa: E402
+from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
 from foresight.models import load_model, model_fingerprint  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
@@ -59,7 +59,7 @@ def _scorer(text: str) -> tuple[str, str]:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--traces", required=True, help="held-out traces (`foresight trace` output)")
     p.add_argument("--setting", type=_setting, action="append", required=True, metavar="B:W=GOLDEN_DIR")

@@ -10,7 +10,6 @@ its pooled loss ratio against N, with the best heuristic and golden of the same 
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from matplotlib.figure import Figure
 
 from evaluation.quality import check_comparable, load_record, same_traces
 from foresight.config import read_json
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 STAGE = re.compile(r"^(?P<label>.+)_(?P<n>\d+)$")
 
@@ -62,7 +61,7 @@ def collect(paths: list[str]) -> tuple[dict, dict[str, list[tuple[int, float, fl
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+", help="quality.json files of one held-out set and setting")
     p.add_argument("--out", required=True, help="the plot (.png)")
     args = p.parse_args(argv)

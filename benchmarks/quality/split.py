@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from foresight.data import load_problems
+from foresight.errors import ForesightError, run_script
 
 HERE = Path(__file__).resolve().parent
 HELDOUT = 64
@@ -30,8 +31,9 @@ def main(out: str) -> int:
     held, train = split()
     committed = (HERE / "heldout_problems.txt").read_text().split()
     if sorted(p.id for p in held) != sorted(committed):
-        print("split.py: the computed split differs from heldout_problems.txt", file=sys.stderr)
-        return 2
+        raise ForesightError("the computed split differs from heldout_problems.txt")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ForesightError(f"{out} exists and is not a directory")
     Path(out).mkdir(parents=True, exist_ok=True)
     for name, rows in (("heldout", held), ("train", train)):
         with open(Path(out) / f"{name}.jsonl", "w") as f:
@@ -42,4 +44,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "runs/quality/split"))
+    run_script(lambda: main(sys.argv[1] if len(sys.argv) > 1 else "runs/quality/split"), "split")

@@ -10,12 +10,11 @@ up to date from their unchanged records: the learned stages are the ones their s
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 from evaluation.quality import quality_markdown, quality_summary
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 #: what :func:`evaluation.quality.quality_summary` reads of each record
 SUMMARY_KEYS = ("policy", "budget", "interval", "traces", "per_trace_ratio", "loss_ratio", "mean_trace_ratio")
@@ -46,7 +45,7 @@ def resummarise(path: Path, seed: int = 0) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("quality_json", type=Path)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (run.py's default is 0)")
     p.add_argument("--write", action="store_true", help="rewrite the summaries in quality.json and quality.md")

@@ -31,16 +31,9 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 import golden  # noqa: F401  (registers the "golden" policy)
-from foresight.errors import ForesightError
+from foresight.errors import ForesightError, OneLineParser
 
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """Usage errors as one line (``foresight generate: error: argument --top-p: ...``), exit status 2."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,43 @@
+"""Every stand-alone script under ``benchmarks/`` keeps the command line's contract for usage errors: one line
+``<prog>: error: ...`` on stderr, exit status 2 (``foresight.errors.OneLineParser``), not argparse's usage block."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import load_script
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SCRIPTS = sorted(str(p.relative_to(BENCHMARKS)) for p in BENCHMARKS.rglob("*.py")
+                 if "ArgumentParser" in p.read_text() or "OneLineParser" in p.read_text())
+
+
+def test_scripts_found():
+    assert len(SCRIPTS) >= 20 and "quality/run.py" in SCRIPTS
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_usage_error_is_one_line(script, monkeypatch, capsys):
+    source = (BENCHMARKS / script).read_text()
+    assert "argparse.ArgumentParser(" not in source, f"{script}: use foresight.errors.OneLineParser"
+    monkeypatch.setattr(sys, "argv", [script, "--no-such-flag"])
+    monkeypatch.syspath_prepend(str((BENCHMARKS / script).parent))  # scripts that import their siblings
+    mod = load_script(script, f"usage_{Path(script).stem}")
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ": error: " in err and "usage:" not in err, err
+
+
+def test_split_refuses_a_file_as_its_output_dir(tmp_path):
+    from foresight.errors import ForesightError
+
+    target = tmp_path / "split"
+    target.write_text("not a directory")
+    with pytest.raises(ForesightError, match="exists and is not a directory"):
+        load_script("quality/split.py", "usage_split").main(str(target))
+    assert target.read_text() == "not a directory"
