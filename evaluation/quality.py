@@ -57,7 +57,7 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
     found = [r for r in data["records"] if r.get("policy") == stage
              and (r.get("budget"), r.get("interval")) == (budget, interval)]
     if not found:
-        names = sorted(str(r.get("policy")) for r in data["records"])
+        names = sorted({str(r.get("policy")) for r in data["records"]})
         raise ForesightError(f"{path}: no record {stage!r} at B={budget} W={interval} (has {', '.join(names)})")
     missing = [k for k in RECORD_KEYS if k not in found[0]]
     if missing:
@@ -69,6 +69,8 @@ def load_gap_references(gap: str, budget: int, interval: int) -> tuple[dict, tup
     """``FILE:HEURISTIC`` -> (the run's meta, (spec, heuristic record), (spec, golden record)) of one run, the two
     ends of the gap a stage's share is measured on (:func:`gap_share`)."""
     golden_spec = f"{gap.rpartition(':')[0]}:golden"
+    if gap.rpartition(":")[2] == "golden":
+        raise ForesightError(f"{gap!r}: the gap runs from a heuristic to golden; name the heuristic, e.g. FILE:tova")
     meta, best = load_record(gap, budget, interval)
     _, golden = load_record(golden_spec, budget, interval)
     return meta, (gap, best), (golden_spec, golden)

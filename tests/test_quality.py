@@ -145,6 +145,7 @@ def test_benchmark_refuses_what_would_fail_after_the_replays_before_any(tmp_path
     monkeypatch.setattr(fidelity, "replay", lambda *a, **k: pytest.fail("replayed before refusing"))
     for extra, match in ((["--setting", f"24:8={tmp_path / 'nothere'}"], "nothere"),
                          (["--setting", f"24:8={tmp_path / 'g16'}"], "made for B=16 W=4, not B=24 W=8"),
+                         (["--setting", f"16:4={tmp_path / 'g16'}"], "B:W given twice"),
                          (["--policies", "h2o,h2o"], "h2o named twice"),
                          (["--policies", "golden,h2o"], "golden named twice"),
                          (["--policies", "full"], "no heuristic"),
@@ -227,8 +228,10 @@ def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, cap
                                                     _rec("tova", {"a": 1.4, "b": 1.5, "d": 1.6})])
     with pytest.raises(ForesightError, match="different traces"):
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{other}:tova")
-    with pytest.raises(ForesightError, match="no record 'h2o'"):
+    with pytest.raises(ForesightError, match=r"no record 'h2o' at B=16 W=4 \(has golden, sl, tova\)$"):
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:h2o")
+    with pytest.raises(ForesightError, match="name the heuristic"):  # a zero gap: every share would be nan
+        compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:golden")
 
 
 def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, capsys):

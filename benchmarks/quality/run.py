@@ -117,6 +117,9 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise ForesightError(f"--out {out} exists and is not a directory")
+    settings_bw = [(b, w) for b, w, _ in args.setting]
+    if len(set(settings_bw)) < len(settings_bw):
+        raise ForesightError(f"--setting: B:W given twice ({', '.join(f'{b}:{w}' for b, w in settings_bw)})")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     # the summary needs one record per policy and a heuristic to measure the gap from: refused now, not after
     # every replay
