@@ -5,7 +5,9 @@ Outputs in ``out_dir``:
 * ``samples-rank{R}.jsonl``: one JSON line per (problem, sample), appended and flushed as soon as its batch
   finishes. A rerun skips every finished key (in any rank's file) and first cuts a half-written last line left by
   a killed process, so runs are resumable. Rank ``R`` of ``WORLD_SIZE`` handles keys ``R, R + WORLD_SIZE, ...``.
-* ``settings.json``: the generation settings; a rerun with settings that change the samples is refused.
+* ``settings.json``: the generation settings; a rerun with settings that change the samples is refused, and so is
+  a rerun whose problem set or template gives a finished sample another prompt or reference answer (the file behind
+  ``--data`` or ``--template`` edited or replaced under the same ids): each record holds its prompt's digest.
 * ``summary.json``: pass@1 (mean over problems of the fraction of correct samples), per-problem accuracy, mean
   generated length, peak KV entries and throughput, merged over every rank file present (``complete`` tells
   whether all expected samples are in).
@@ -16,6 +18,7 @@ depend on which other samples share its batch or on resumption.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -84,7 +87,30 @@ def _check_settings(out: Path, settings: dict) -> None:
         if diff and any(out.glob(SAMPLES_GLOB)):
             detail = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff)
             raise ForesightError(f"{out} holds samples made with other settings ({detail}); use another --out")
-    path.write_text(json.dumps(settings, indent=2) + "\n")
+
+
+def prompt_digest(prompt: str) -> str:
+    """SHA-256 (first 16 hex digits) of a prompt's text, recorded with each sample."""
+    return hashlib.sha256(prompt.encode()).hexdigest()[:16]
+
+
+def _check_records(out: Path, records: list[dict], problems: Sequence, prompt_of, data) -> None:
+    """Refuse finished samples of this run's problems whose reference answer or prompt (records that carry its
+    digest) is not the one ``problems`` and the template give now: their grades would be summarised as if they
+    answered these problems."""
+    by_id = {p.id: p for p in problems}
+    for r in records:
+        p = by_id.get(r["problem_id"])
+        if p is None:
+            continue
+        if "answer" in r and r["answer"] != p.answer:
+            what = f"reference answer {r.get('answer')!r} there, {p.answer!r} now"
+        elif "prompt_sha256" in r and r["prompt_sha256"] != prompt_digest(prompt_of(p)):
+            what = "another prompt (problem text or template)"
+        else:
+            continue
+        raise ForesightError(f"{out} holds samples of problem {p.id!r} made from other data ({what}); --data {data} "
+                             "or --template changed since they were generated: use another --out")
 
 
 def run_accuracy(
@@ -113,14 +139,23 @@ def run_accuracy(
     require_cache(policy, settings["budget"], settings["interval"])  # before anything is written
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, {**settings, "samples": samples, "num_problems": len(problems)})
+    prompts_cache: dict[str, str] = {}
+
+    def prompt_of(p) -> str:
+        if p.id not in prompts_cache:
+            prompts_cache[p.id] = build_prompt(tokenizer, p.problem, settings.get("template"))
+        return prompts_cache[p.id]
+
+    settings = {**settings, "samples": samples, "num_problems": len(problems)}
+    _check_settings(out, settings)
+    _check_records(out, read_records(out), problems, prompt_of, settings.get("data"))
+    (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     path = out / f"samples-rank{rank}.jsonl"
     repair_jsonl(path)
     done = {sample_key(r["problem_id"], r["sample"]) for r in read_records(out)}
     keys = [(p, s) for p in problems for s in range(samples)][rank::world_size]
     todo = [(p, s) for p, s in keys if sample_key(p.id, s) not in done]
     greedy = settings["temperature"] == 0
-    prompts_cache: dict[str, str] = {}
     bar = tqdm(total=len(keys), initial=len(keys) - len(todo), desc=f"eval[{policy.name}]", disable=not progress)
     # Batches are fixed slices of ``keys``: under a budget, left padding shifts a row's eviction events, so a sample
     # is always generated beside the same rows; a resumed batch is regenerated whole and only its missing samples
@@ -130,11 +165,7 @@ def run_accuracy(
             chunk = keys[b0 : b0 + batch_size]
             if all(sample_key(p.id, s) in done for p, s in chunk):
                 continue
-            prompts = []
-            for p, _ in chunk:
-                if p.id not in prompts_cache:
-                    prompts_cache[p.id] = build_prompt(tokenizer, p.problem, settings.get("template"))
-                prompts.append(prompts_cache[p.id])
+            prompts = [prompt_of(p) for p, _ in chunk]
             t0 = time.perf_counter()
             res = generate(
                 model, tokenizer, prompts, policy=policy, budget=settings["budget"],
@@ -153,7 +184,8 @@ def run_accuracy(
                 g = grade(res.texts[i], p.answer)
                 ids = res.token_ids[i]
                 rec = {
-                    "problem_id": p.id, "sample": s, "answer": p.answer, "extracted": g["extracted"],
+                    "problem_id": p.id, "sample": s, "answer": p.answer,
+                    "prompt_sha256": prompt_digest(prompts[i]), "extracted": g["extracted"],
                     "correct": g["correct"], "generated_tokens": len(ids),
                     "finished": bool(ids) and ids[-1] in eos, "prompt_tokens": res.prompt_lengths[i],
                     "peak_kv_entries": max(res.stats["peak_entries"]), "evictions": res.stats["evictions"],

@@ -117,3 +117,26 @@ def test_refuses_to_mix_settings(data, tmp_path, capsys):
 def test_error_paths(data, tmp_path, capsys, extra, message):
     assert _run(data, tmp_path / "x", *extra) == 2
     assert message in capsys.readouterr().err
+
+
+
+def test_refuses_samples_of_problems_edited_under_the_same_ids(data, tmp_path, capsys):
+    """The data file (or template file) behind a run edited under the same ids: resuming would summarise samples
+    graded against other problems, so it is refused naming the problem, and nothing is written."""
+    out, template = tmp_path / "run", tmp_path / "template.txt"
+    template.write_text("Solve: {problem}\n")
+    assert _run(data, out, "--limit", "2", "--template", str(template)) == 0
+    files = {f.name: f.read_bytes() for f in out.iterdir()}
+    edits = [
+        ([dict(PROBLEMS[0], answer="3"), *PROBLEMS[1:]], "Solve: {problem}\n", ("'a'", "'2' there, '3' now")),
+        ([PROBLEMS[0], dict(PROBLEMS[1], problem="Compute 4 times 3, then add five."), PROBLEMS[2]],
+         "Solve: {problem}\n", ("'b'", "another prompt")),
+        (PROBLEMS, "Answer: {problem}\n", ("'a'", "another prompt")),
+    ]
+    for problems, text, names in edits:
+        data.write_text("".join(json.dumps(p) + "\n" for p in problems))
+        template.write_text(text)
+        assert _run(data, out, "--limit", "2", "--template", str(template)) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and str(data) in err and all(n in err for n in names), err
+        assert {f.name: f.read_bytes() for f in out.iterdir()} == files
