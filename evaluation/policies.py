@@ -174,8 +174,15 @@ def make_factory(
     return factory
 
 
-def check_requirements(names: list[str], scorer: str | None, golden: str | None) -> None:
-    """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs."""
+def check_requirements(names: list[str], scorer: str | None, golden: str | None,
+                       policy_kwargs: dict[str, dict] | None = None) -> None:
+    """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs, or get them twice: their
+    ``scorer`` / ``labels`` hyperparameter also in ``policy_kwargs`` (``--policy-arg``), which
+    :func:`make_factory` would pass beside ``--scorer`` / ``--golden``."""
+    for name, key, flag in (("learned", "scorer", "--scorer"), ("golden", "labels", "--golden")):
+        if name in names and key in (policy_kwargs or {}).get(name, {}):
+            raise ConfigError(f"--policy-arg {name}.{key}: this command takes the {name} policy's {key} from {flag} "
+                              f"DIR only; drop the --policy-arg")
     if "learned" in names and not scorer:
         raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
     if "golden" in names and not golden:

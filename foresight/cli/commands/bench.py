@@ -31,8 +31,8 @@ def run(args) -> int:
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
         raise ValueError("the golden policy only replays fixed traces; it cannot be benchmarked for decoding")
-    check_requirements(names, args.scorer, None)
     kwargs = policy_kwargs(args, ["full", *names])  # full is always measured, so it is in play too
+    check_requirements(names, args.scorer, None, kwargs)
     args.interval = CacheConfig(args.budget, args.interval, args.sinks).interval  # W = B // 4 unless given
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)

@@ -79,14 +79,14 @@ def run_fidelity(args) -> int:
 
     names = parse_policies(args.policies)
     budgets = parse_budgets(args.budget, args.interval)
-    check_requirements(names, args.scorer, args.golden)
+    kwargs = policy_kwargs(args, names)
+    check_requirements(names, args.scorer, args.golden, kwargs)
     if args.limit is not None and args.limit <= 0:
         raise ForesightError(f"--limit must be positive, got {args.limit}")
     if args.batch_size <= 0:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ForesightError(f"--out {args.out} exists and is not a directory")
-    kwargs = policy_kwargs(args, names)
     ds = load_traces(args.traces)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
@@ -147,8 +147,8 @@ def run_aime(args) -> int:
 
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
-    check_requirements([args.policy], args.scorer, None)
     kwargs = policy_kwargs(args)[args.policy]
+    check_requirements([args.policy], args.scorer, None, {args.policy: kwargs})
     factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
     policy = factory(args.policy, args.budget or 0)
     if policy.evicts and args.budget is None:
