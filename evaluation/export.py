@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, paired_with,
-                                       resolve_adapter_dir, write_adapter)
+from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, check_scorer_base,
+                                       paired_with, resolve_adapter_dir, write_adapter)
 from foresight import __version__
 from foresight.config import read_json
 from foresight.errors import ForesightError
@@ -305,6 +305,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     scorer.config.provenance = prov
     fid = find_fidelity(src, scorer_dir, fidelity)  # read before anything is written
     adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None
+    if adapter_dir is not None:
+        check_scorer_base(adapter_dir, scorer)
     paired = adapter_dir is not None and paired_with(adapter_dir, scorer_dir)
     if paired:
         bind_scorer(scorer, adapter_dir)

@@ -10,7 +10,8 @@ trained under), and the model card gains a section saying so.
 weights SHA-256 as recorded in ``foresight_adapter.json``), the scorer's fingerprint gains the adapter's identity,
 so ``Scorer.from_pretrained(out, model=load_model(base, adapter=out/adapter))`` accepts the pair and the base model
 alone is refused. Otherwise the scorer keeps its own fingerprint (it expects the model it was trained for) and the
-card says that the two were not trained together.
+card says that the two were not trained together. An adapter made for another base model than the scorer's is
+refused (:func:`check_scorer_base`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from foresight.adapters import (ADAPTER_CONFIG, ADAPTER_WEIGHTS, TRAINING_META, AdapterError, adapter_identity,
-                                read_adapter_config, read_training_meta)
+                                check_base, read_adapter_config, read_training_meta)
 from foresight.config import read_json
 from foresight.fingerprint import file_sha256
 from foresight.scorer import WEIGHTS_NAME
@@ -34,6 +35,15 @@ def resolve_adapter_dir(path: str | Path) -> Path:
         path = path / ADAPTER_SUBDIR
     read_adapter_config(path)  # one line naming the directory when it is not an adapter
     return path
+
+
+def check_scorer_base(adapter_dir: Path, scorer) -> None:
+    """Refuse an adapter made for another base model than the scorer's (:func:`foresight.adapters.check_base`
+    against the scorer's fingerprint without any adapter it records): the export would ship a pair no model
+    runs together."""
+    base = {k: v for k, v in scorer.config.fingerprint.items() if k != "adapter"}
+    check_base(adapter_dir, base, fix=f"export the scorer {scorer.source or ''} without --adapter, or with an "
+               "adapter of its base model")
 
 
 def paired_with(adapter_dir: Path, scorer_dir: Path) -> bool:
@@ -133,5 +143,5 @@ def adapter_summary(adapter_dir: Path) -> dict:
             "sha256": adapter_identity(adapter_dir)["sha256"]}
 
 
-__all__ = ["ADAPTER_SUBDIR", "adapter_card", "adapter_summary", "bind_scorer", "paired_with", "resolve_adapter_dir",
-           "write_adapter"]
+__all__ = ["ADAPTER_SUBDIR", "adapter_card", "adapter_summary", "bind_scorer", "check_scorer_base", "paired_with",
+           "resolve_adapter_dir", "write_adapter"]

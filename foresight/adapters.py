@@ -98,26 +98,29 @@ def adapter_identity(path: str | Path) -> dict:
             "sha256": file_sha256(path / ADAPTER_WEIGHTS)}
 
 
-def _same_base(recorded: str | None, model) -> bool:
+def _same_base(recorded: str | None, name: str) -> bool:
     if not recorded:
         return True  # peft records no base: nothing to compare, the shapes decide
     want = model_name({"model": recorded}).lower()
-    have = model_name({"model": getattr(model.config, "_name_or_path", "")}).lower()
+    have = model_name({"model": name}).lower()
     return want == have or want in BASE_ALIASES.get(have, ())
 
 
-def check_base(path: str | Path, model) -> None:
-    """Refuse an adapter made for another base model (see the module docstring for the rule)."""
+def check_base(path: str | Path, model, fix: str | None = None) -> None:
+    """Refuse an adapter made for another base model (see the module docstring for the rule). ``model`` is a
+    loaded model or the fingerprint of one (a scorer's, by ``foresight export``); ``fix`` replaces the advice."""
     path = Path(path)
+    fingerprint = model if isinstance(model, dict) else model_fingerprint(model)
+    name = str(model.get("model", "")) if isinstance(model, dict) else getattr(model.config, "_name_or_path", "")
     meta = read_training_meta(path)
     if meta is not None and isinstance(meta.get("base_fingerprint"), dict):
-        check_same_model(meta["base_fingerprint"], model_fingerprint(model), f"adapter {path}", error=AdapterError,
-                         fix="load it on the model it was trained on (--model)")
+        check_same_model(meta["base_fingerprint"], fingerprint, f"adapter {path}", error=AdapterError,
+                         fix=fix or "load it on the model it was trained on (--model)")
         return
     recorded = read_adapter_config(path).get("base_model_name_or_path")
-    if not _same_base(recorded, model):
-        raise AdapterError(f"adapter {path} was made for {recorded!r}, not for the model "
-                           f"{getattr(model.config, '_name_or_path', '?')!r}; load it on its base model (--model)")
+    if not _same_base(recorded, name):
+        raise AdapterError(f"adapter {path} was made for {recorded!r}, not for the model {name or '?'!r}; "
+                           f"{fix or 'load it on its base model (--model)'}")
 
 
 def does_not_fit(path: str | Path, exc: BaseException, key: str = "adapter") -> AdapterError:

@@ -73,6 +73,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     p["a_dir"] = root / "a_dir"
     p["lora_pickle"] = save_random_adapter(root / "lora_pickle")
     (p["lora_pickle"] / "adapter_model.safetensors").rename(p["lora_pickle"] / "adapter_model.bin")
+    p["lora_qwen"] = save_random_adapter(root / "lora_qwen", "tiny-qwen3")
     return p
 
 
@@ -208,6 +209,8 @@ CASES = [
      "adapter_model.bin is a pickle"),
     ("export-adapter-not-peft", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
                                            "--adapter", str(p["a_dir"])], "a_dir"),
+    ("export-adapter-other-model", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
+                                              "--adapter", str(p["lora_qwen"])], ("'tiny-qwen3'", "'tiny-llama'")),
     ("adapt-policy-full", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=full",
                                      f"deepspeed={DS}", f"out_dir={p['out']}"], "never evicts"),
 ]
