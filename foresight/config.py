@@ -286,12 +286,14 @@ def unit_float(text: str) -> float:
 
 
 def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (``--temperature``: inf would sample uniformly and be recorded as ``Infinity``, which
+    is not JSON)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not value >= 0.0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    if not (value >= 0.0 and math.isfinite(value)):  # refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {value}")
     return value
 
 
