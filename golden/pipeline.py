@@ -11,7 +11,7 @@ from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
-from golden.labels import save_labels
+from golden.labels import LabelMismatchError, read_label_file, save_labels, token_hash
 from golden.oracle import label_trace
 from golden.sharding import (
     atomic_output,
@@ -61,7 +61,8 @@ def label_traces(
 
     Traces of at most ``B + W`` tokens are skipped (counted in the summary): no eviction happens before they
     end. Rerunning finishes the remaining shards; rerunning with another model, B or W into the same
-    directory raises :class:`ForesightError`.
+    directory raises :class:`ForesightError`, and so does rerunning with other traces under the same ids (a
+    finished shard's token hashes differ).
     """
     CacheConfig(budget, interval)  # validates B > W > 0
     if traces_per_shard < 1:
@@ -97,6 +98,16 @@ def label_traces(
     clean_stale(out, [_shard_name(u) for u in mine])
     redo = set(unfinished_shards(out, [_shard_name(u) for u in mine]))  # missing or damaged since written
     todo = [u for u in mine if _shard_name(u) in redo]
+    for u in mine:  # a finished shard is skipped only when it labels these very traces (ids say nothing of tokens)
+        if u not in todo:
+            done = read_label_file(shard_path(out, _shard_name(u)))
+            for i in units[u]:
+                lab = done.get(ids[i])
+                if lab is None or lab.token_hash != token_hash(ds[i]["input_ids"]):
+                    raise LabelMismatchError(
+                        f"{out} holds golden labels of trace {ids[i]!r} ({lab.source if lab else 'none'}) computed "
+                        f"from other token ids than the trace of that id in {traces}: it was labelled from other "
+                        "traces; rerun with those traces to resume, or choose another --out")
     done_now = 0
     desc = "golden" if world == 1 else f"golden[rank {rank}/{world}]"
     with tqdm(total=sum(len(units[u]) for u in mine), desc=desc, unit="trace", disable=not progress) as bar:

@@ -120,6 +120,24 @@ def test_labels_of_other_tokens_are_refused_everywhere(data, tmp_path, capsys):
     assert not (tmp_path / "sl" / "scorer").exists()
 
 
+def test_golden_resumed_with_other_traces_of_the_same_ids_is_refused(data, tmp_path, capsys):
+    """A finished shard is skipped only when it labels these very traces: rerunning `foresight golden` into a
+    directory made from other traces with the same ids used to report every shard finished (exit 0)."""
+    import shutil
+
+    out = tmp_path / "golden"
+    shutil.copytree(data["golden"], out)
+    before = {f: f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    argv = ["golden", "--model", "tiny-llama", "--out", str(out), "--budget", str(B), "--interval", str(W),
+            "--no-progress"]
+    assert main([*argv, "--traces", str(data["other"])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'p0#0'" in err and str(data["other"]) in err and "other token ids" in err
+    assert {f: f.read_bytes() for f in out.rglob("*") if f.is_file()} == before
+    assert main([*argv, "--traces", str(data["traces"])]) == 0  # the traces it was made from still resume
+    assert "0 labelled now" in capsys.readouterr().out
+
+
 def test_old_labels_without_hashes_are_refused(data, tmp_path):
     from safetensors import safe_open
     from safetensors.torch import save_file
