@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from foresight.config import check_fields
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
 from foresight.fingerprint import check_same_model, file_sha256
@@ -97,6 +98,7 @@ class ScorerConfig:
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        check_fields(self, "scorer config key")  # the type of every key (4.0 -> 4; 4.5, "16" or null refused)
         missing = [k for k in ("num_layers", "num_kv_heads", "num_heads", "head_dim") if k not in self.fingerprint]
         if missing:
             raise ValueError(f"fingerprint lacks {', '.join(missing)}; use foresight.model_fingerprint(model)")

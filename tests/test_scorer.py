@@ -100,6 +100,14 @@ def test_save_load_round_trip_and_mismatch(tmp_path):
         sc.check_compatible(fp)
     with pytest.raises(ForesightError, match="not a scorer directory"):
         Scorer.from_pretrained(tmp_path / "missing")
+    # every key has its type: a whole float is taken as the integer it is, anything else is one line naming the file
+    # and the key (a float width used to reach torch.empty: an internal error)
+    (tmp_path / "s" / "config.json").write_text(json.dumps({**cfg, "hidden": 8.0}))
+    assert Scorer.from_pretrained(tmp_path / "s", model=model).config.hidden == 8
+    for key, value in (("hidden", 8.5), ("budget", "16"), ("decay", None)):
+        (tmp_path / "s" / "config.json").write_text(json.dumps({**cfg, key: value}))
+        with pytest.raises(ForesightError, match=rf"config.json is not a valid scorer config .*`{key}`"):
+            Scorer.from_pretrained(tmp_path / "s")
 
 
 def test_learned_policy_refuses_a_scorer_for_another_layout(tmp_path):
