@@ -6,7 +6,7 @@ prints it as one line with exit status 2) naming the offending file, key or valu
 * :func:`check_fields` checks every field of a dataclass against its annotation (``int``, ``float``, ``bool``,
   ``str``, ``list[...]``, ``dict``, ``X | None``; other annotations are not checked). Trainer configs and policy
   hyperparameters call it on construction, so ``lr: fast``, ``steps: [1, 2]``, ``hidden: "16"`` or
-  ``seed=abc`` fail before any work starts. Coercions are the lossless ones only: an integral float to an
+  ``seed=abc`` fail before any work starts; a ``float`` must be finite (``lr=.inf`` too). Coercions are the lossless ones only: an integral float to an
   ``int`` field (``steps=1e3``) and a number written as a string to a ``float`` field (YAML 1.1 reads
   ``1e-4`` as a string).
 * :func:`parse_overrides` reads ``key=value`` strings as YAML scalars;
@@ -82,8 +82,8 @@ def _coerce_one(alt: str, value, key: str, owner: str):
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             return int(value)
     elif base == "float":
-        if isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value):
-            return value
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
+            return value  # nan and inf refused (lr=.inf trains to NaN; no key means "unlimited" by inf)
         if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
             return float(value)
     elif base == "str":
