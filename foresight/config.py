@@ -5,10 +5,10 @@ prints it as one line with exit status 2) naming the offending file, key or valu
 
 * :func:`check_fields` checks every field of a dataclass against its annotation (``int``, ``float``, ``bool``,
   ``str``, ``list[...]``, ``dict``, ``X | None``; other annotations are not checked). Trainer configs and policy
-  hyperparameters call it on construction, so ``lr: fast``, ``steps: [1, 2]``, ``hidden: "16"`` or
-  ``seed=abc`` fail before any work starts; a ``float`` must be finite (``lr=.inf`` too). Coercions are the lossless ones only: an integral float to an
-  ``int`` field (``steps=1e3``) and a number written as a string to a ``float`` field (YAML 1.1 reads
-  ``1e-4`` as a string).
+  hyperparameters call it on construction, so ``lr: fast``, ``steps: [1, 2]``, ``hidden: "16"``, ``lr=.inf`` or
+  ``seed=abc`` fail before any work starts (a ``float`` must be finite). Coercions are the lossless ones only: an
+  integral float to an ``int`` field (``steps=1e3``) and a number written as a string to a ``float`` field (YAML
+  1.1 reads ``1e-4`` as a string).
 * :func:`parse_overrides` reads ``key=value`` strings as YAML scalars;
 * :func:`read_yaml_mapping` and :func:`read_json` read a file and name it in every error;
 * :func:`check_device` checks a device string (``cpu``, ``cuda``, ``cuda:1``) before a model is loaded;
