@@ -9,7 +9,6 @@ prints, per temperature, the mean overlap between a Plackett–Luce sampled evic
 
 from __future__ import annotations
 
-import glob
 
 import torch
 
@@ -19,7 +18,7 @@ from foresight.sampling import gumbel_topk
 from foresight.features import FEATURE_GROUPS, feature_columns
 from training.mapped_events import EventFeatures
 from training.event_files import load_events
-from training.sl_features import FEATURE_CACHE_FORMAT
+from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache
 
 
 def _temperatures(text: str) -> list[float]:
@@ -40,10 +39,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     temperatures = _temperatures(args.temperatures)
     sc = Scorer.from_pretrained(args.scorer)
-    files = sorted(glob.glob(f"{args.features}/*/*.safetensors"))
+    # only the cache of the scorer's model, B, W and decay (one features directory holds a cache per setting)
+    c = sc.config
+    dirs = [FeatureCache(args.features, c.fingerprint, c.budget, c.interval, c.decay, dtype).dir
+            for dtype in ("float16", "bfloat16", "float32")]
+    files = sorted(str(p) for d in dirs if d.is_dir() for p in d.glob("*.safetensors"))
     if not files:
-        raise ForesightError(f"{args.features}: no feature files (<key>/*.safetensors); pass the features directory "
-                             "of a `foresight train sl` run")
+        raise ForesightError(f"{args.features}: no feature files of the scorer's model at B={c.budget} "
+                             f"W={c.interval} (decay {c.decay}); pass the features directory of its `foresight "
+                             "train sl` run")
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
                                         sc.config.fingerprint["head_dim"], sc.config.num_groups))

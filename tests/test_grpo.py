@@ -285,6 +285,11 @@ def test_grpo_temperature_script_refuses_bad_inputs_in_one_line(tmp_path):
                         ([str(tmp_path / "scorer"), str(tmp_path / "features"), "--temperatures", "hot"], "'hot'")):
         with pytest.raises(ForesightError, match=match):
             mod.main(argv)
+    # a cache of another setting in the same directory (its own key) is not the scorer's: never read
+    (tmp_path / "features" / "0123456789abcdef").mkdir()
+    (tmp_path / "features" / "0123456789abcdef" / "t.safetensors").write_bytes(b"not read")
+    with pytest.raises(ForesightError, match="no feature files of the scorer's model at B=16 W=4"):
+        mod.main([str(tmp_path / "scorer"), str(tmp_path / "features")])
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "grpo_temperature.py"), str(tmp_path / "nothere"),
                            str(tmp_path / "features")], capture_output=True, text=True, cwd=repo, timeout=300)
