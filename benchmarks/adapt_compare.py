@@ -8,7 +8,9 @@ a bootstrap 95% interval (:func:`evaluation.adapted.compare_adapters`).
 
 The two measurements must come from the same model, traces, policy (hyperparameters and scorer), budget and
 interval, and their base records (adapter disabled) must agree; anything else is refused with one line and exit 2,
-because a paired difference over different inputs is a wrong number.
+because a paired difference over different inputs is a wrong number. ``--systems`` compares two systems whose
+scorers differ on the base side too (an adapter trained under another scorer): the same model and traces are
+still checked, and the two bases are paired as well.
 
     python benchmarks/adapt_compare.py benchmarks/results/adapt_B64_W16_s18/eval_B64.json \\
         benchmarks/results/adapt_B64_W16_s17/eval_B64.json --policy learned --json runs/s18_vs_s17.json
@@ -52,7 +54,13 @@ def markdown(res: dict) -> str:
         lines.append(f"| {side.upper()} | {s['loss_ratio_base']:.4f} | {s['loss_ratio_adapted']:.4f} | "
                      f"{100 * s['gap_removed']:.1f}% | x{s['full_ce_ratio']:.4f} | {s['vs_base_full_cache']:.4f} "
                      f"({100 * s['gap_removed_vs_base_full_cache']:.1f}%) |")
-    if res.get("a_adapted_scorer") != res.get("b_adapted_scorer"):
+    if "base_paired" in res:  # --systems
+        d = res["base_paired"]
+        lines += ["", f"Two systems: the base models evict with A's {res['a_base_scorer']} and B's "
+                      f"{res['b_base_scorer']}, the adapted models with {res['a_adapted_scorer']} and "
+                      f"{res['b_adapted_scorer']}. The bases paired per trace, A - B: {d['mean']:+.4f} "
+                      f"[{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]."]
+    elif res.get("a_adapted_scorer") != res.get("b_adapted_scorer"):
         lines += ["", f"The adapted models evict with different scorers: A with {res['a_adapted_scorer']}, "
                       f"B with {res['b_adapted_scorer']} (the base models both with the same one)."]
     d = res["paired"]
@@ -66,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("a", help="adapt_eval.py JSON of adapter A")
     p.add_argument("b", help="adapt_eval.py JSON of adapter B (subtracted)")
     p.add_argument("--policy", default="learned", help="the policy both were measured under (default learned)")
+    p.add_argument("--systems", action="store_true",
+                   help="compare two systems (adapter + scorer) whose base sides evict with different scorers too "
+                   "(same model and traces still required); the bases are paired as well")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--json", default=None, help="also write the result as JSON here")
     p.add_argument("--md", default=None, help="also write the table as Markdown here")
@@ -76,7 +87,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     check_output_file(args.json, "--json")
     check_output_file(args.md, "--md")
-    res = compare_adapters(load_eval(args.a), load_eval(args.b), args.policy, args.a, args.b, args.seed)
+    res = compare_adapters(load_eval(args.a), load_eval(args.b), args.policy, args.a, args.b, args.seed,
+                           systems=args.systems)
     text = markdown(res)
     print(text, end="")
     if args.json:

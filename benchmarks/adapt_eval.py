@@ -149,7 +149,8 @@ def main(argv=None) -> int:
                        "adapter_training": {k: meta.get(k) for k in ("policy", "budget", "interval", "scorer",
                                                                       "scorer_sha256")},
                        "traces": str(args.traces), "num_traces": len(rows), "policies": policies,
-                       "scorer": args.scorer, "adapted_scorer": args.adapted_scorer,
+                       "scorer": args.scorer, "scorer_sha256": scorer_sha256(args.scorer) if args.scorer else None,
+                       "adapted_scorer": args.adapted_scorer,
                        "adapted_scorer_sha256": scorer_sha256(args.adapted_scorer)
                        if args.adapted_scorer else None, "budget": args.budget, "interval": args.interval,
                        "sinks": args.sinks, "policy_kwargs": kwargs, "minutes": round((time.time() - t0) / 60, 1)},

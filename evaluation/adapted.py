@@ -80,7 +80,8 @@ def _summary(base: dict, adapted: dict) -> dict:
             "gap_removed_vs_base_full_cache": gap_removed(ratio * ce_ratio, base["loss_ratio"])}
 
 
-def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, seed: int = 0) -> dict:
+def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, seed: int = 0,
+                     systems: bool = False) -> dict:
     """Paired per-trace comparison ``a - b`` of two adapters' loss ratios under ``policy``, each measured by
     ``benchmarks/adapt_eval.py`` (``a`` and ``b``: its JSON output, ``{"meta", "base", "adapted"}``).
 
@@ -89,9 +90,11 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
     policy give the same replay) must have the same scored tokens, full-cache CE and pooled loss ratio; anything
     else raises :class:`ForesightError` naming what differs. The scorer that must agree is the base side's; an
     adapted side may evict with a scorer trained for its adapted model (``adapt_eval.py --adapted-scorer``), and
-    the result names each side's (``a_adapted_scorer``, ``b_adapted_scorer``). Returns each adapter's pooled
-    numbers (:func:`_summary`), the paired per-trace difference with a bootstrap 95% interval and how many traces
-    ``a`` is lower on.
+    the result names each side's (``a_adapted_scorer``, ``b_adapted_scorer``). ``systems=True`` compares two
+    systems (adapter + scorer) whose base sides evict with different scorers too: the base records must still
+    come from the same model and traces (scored tokens, full-cache CE), and their own paired difference is
+    returned as ``base_paired``. Returns each adapter's pooled numbers (:func:`_summary`), the paired per-trace
+    difference with a bootstrap 95% interval and how many traces ``a`` is lower on.
     """
     recs = {}
     for name, data in ((a_name, a), (b_name, b)):
@@ -103,24 +106,38 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
     ma, mb = a["meta"], b["meta"]
     settings = {k: (ma.get(k), mb.get(k)) for k in SAME_SETTINGS}
     settings[f"policy_kwargs.{policy}"] = tuple((m.get("policy_kwargs") or {}).get(policy, {}) for m in (ma, mb))
-    if policy == "learned":
-        settings["scorer"] = (ma.get("scorer"), mb.get("scorer"))
+    if policy == "learned" and not systems:  # by weights where both recorded them (a short name can move)
+        key = "scorer_sha256" if ma.get("scorer_sha256") and mb.get("scorer_sha256") else "scorer"
+        settings[key] = (ma.get(key), mb.get(key))
     for key, (va, vb) in settings.items():
         if va != vb:
             raise ForesightError(f"{a_name} and {b_name}: measured with different {key} ({va!r} vs {vb!r}); a "
                                  "paired comparison needs the same model, traces and eviction")
     (base_a, ad_a), (base_b, ad_b) = recs[a_name], recs[b_name]
     check_comparable(ma, base_a, mb, base_b, f"{a_name} (base)", f"{b_name} (base)")
-    if not math.isclose(base_a["loss_ratio"], base_b["loss_ratio"], rel_tol=1e-4):
+    if not systems and not math.isclose(base_a["loss_ratio"], base_b["loss_ratio"], rel_tol=1e-4):
         raise ForesightError(f"{a_name} and {b_name}: the base model's {policy} loss ratio differs "
-                             f"({base_a['loss_ratio']:.6f} vs {base_b['loss_ratio']:.6f}); not the same eviction")
+                             f"({base_a['loss_ratio']:.6f} vs {base_b['loss_ratio']:.6f}); not the same eviction "
+                             "(two systems with different scorers: --systems)")
     diff = paired_difference(ad_a, ad_b, a_name, b_name, seed)
+    base_diff = {"base_paired": paired_difference(base_a, base_b, a_name, b_name, seed)} if systems else {}
     ra, rb = ad_a["per_trace_ratio"], ad_b["per_trace_ratio"]
     return {"a": a_name, "b": b_name, "policy": policy, "budget": ma.get("budget"), "interval": ma.get("interval"),
             "a_summary": _summary(base_a, ad_a), "b_summary": _summary(base_b, ad_b), "paired": diff,
-            "a_lower": sum(ra[t] < rb[t] for t in ra),
+            "a_lower": sum(ra[t] < rb[t] for t in ra), **base_diff,
             **({f"{side}_adapted_scorer": m.get("adapted_scorer") or m.get("scorer")
-                for side, m in (("a", ma), ("b", mb))} if policy == "learned" else {})}
+                for side, m in (("a", ma), ("b", mb))} if policy == "learned" else {}),
+            **({f"{side}_base_scorer": _scorer_label(m) for side, m in (("a", ma), ("b", mb))} if systems else {})}
+
+
+def _scorer_label(meta: dict) -> str:
+    """The eviction scorer of an ``adapt_eval.py`` output: its path or name, and its weights' SHA-256 prefix where
+    recorded (older outputs record it only for the scorer the adapter was trained under)."""
+    sha = meta.get("scorer_sha256")
+    training = meta.get("adapter_training") or {}
+    if not sha and training.get("scorer") == meta.get("scorer"):
+        sha = training.get("scorer_sha256")
+    return f"{meta.get('scorer')} ({sha[:8]}…)" if sha else str(meta.get("scorer"))
 
 
 __all__ = ["SAME_SETTINGS", "compare_adapted", "compare_adapters", "fidelity_by_policy", "gap_removed"]

@@ -26,7 +26,8 @@ def _record(ratios, ce_full, loss_ratio):
 
 def _eval(path: Path, adapted, ce_full_adapted, loss_ratio_adapted, **meta_extra) -> Path:
     meta = {"model": "tiny-llama", "budget": 8, "interval": 2, "sinks": 0, "num_traces": len(IDS),
-            "policies": ["learned"], "policy_kwargs": {"learned": {}}, "scorer": "s", **meta_extra}
+            "policies": ["learned"], "policy_kwargs": {"learned": {}}, "scorer": "s", "scorer_sha256": "aaaa",
+            **meta_extra}
     data = {"meta": meta, "base": [_record(BASE, 2.0, 1.2)],
             "adapted": [_record(adapted, ce_full_adapted, loss_ratio_adapted)]}
     path.write_text(json.dumps(data))
@@ -89,7 +90,8 @@ def _edit(path: Path, out: Path, change) -> Path:
 @pytest.mark.parametrize("change,match", [
     (lambda d: d["meta"].update(budget=16), "different budget (8 vs 16)"),
     (lambda d: d["meta"].update(model="tiny-qwen3"), "different model"),
-    (lambda d: d["meta"].update(scorer="other"), "different scorer"),
+    (lambda d: (d["meta"].update(scorer="other"), d["meta"].pop("scorer_sha256")), "different scorer"),  # by name
+    (lambda d: d["meta"].update(scorer_sha256="bbbb"), "different scorer_sha256"),  # a short name moved on
     (lambda d: d["meta"]["policy_kwargs"].update(learned={"selection": "sample"}), "different policy_kwargs.learned"),
     (lambda d: d["base"][0].update(ce_full=2.5), "different scored tokens or full-cache CE"),
     (lambda d: d["base"][0].update(loss_ratio=1.25), "base model's learned loss ratio differs"),
@@ -114,3 +116,24 @@ def test_bad_paths_are_one_line_and_exit_2_before_anything_is_written(evals, tmp
     _fails([str(a), str(b), "--md", str(tmp_path / "nowhere" / "r.md")], capsys, "does not exist")
     _fails([str(a), str(b), "--policy", "h2o"], capsys, "no 'h2o' record (measured: learned)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "b.json", "broken.json"]
+
+
+def test_two_systems_with_other_base_scorers_pair_their_bases_too(evals, tmp_path, capsys):
+    """--systems: the base sides evict with different scorers (so their loss ratios differ); the adapted and the
+    base records are both paired per trace, against a hand computation; other traces are still refused."""
+    other_base = [1.25, 1.12, 1.20, 1.04, 1.35, 1.19]
+
+    def change(d):
+        d["meta"].update(scorer="s2", scorer_sha256="cccc")
+        d["base"][0].update(loss_ratio=1.18, per_trace_ratio=dict(zip(IDS, other_base)))
+
+    b2 = _edit(evals[1], tmp_path / "b2.json", change)
+    _fails([str(evals[0]), str(b2)], capsys, "different scorer")  # without --systems: refused
+    assert _mod().main([str(evals[0]), str(b2), "--systems", "--json", str(tmp_path / "r.json")]) == 0
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["base_paired"]["mean"] == pytest.approx(np.mean(np.array(BASE) - np.array(other_base)), abs=1e-12)
+    assert (res["a_base_scorer"], res["b_base_scorer"]) == ("s (aaaa…)", "s2 (cccc…)")
+    assert res["b_summary"]["loss_ratio_base"] == 1.18
+    assert "Two systems: the base models evict with A's s (aaaa…) and B's s2 (cccc…)" in capsys.readouterr().out
+    bad = _edit(b2, tmp_path / "bad.json", lambda d: d["base"][0].update(ce_full=2.5))
+    _fails([str(evals[0]), str(bad), "--systems"], capsys, "different scored tokens or full-cache CE")
