@@ -40,7 +40,7 @@ class ConfigError(ForesightError, ValueError):
 
 
 _FLOAT_TEXT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_NAMES = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string", "list": "a list",
+_NAMES = {"int": "an integer", "float": "a finite number", "bool": "true or false", "str": "a string", "list": "a list",
           "dict": "a mapping", "None": "null"}
 
 

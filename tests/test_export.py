@@ -126,8 +126,8 @@ def test_export_records_temperature_and_notes(scorer_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature 0.0: temperature must be a finite number > 0"),
-    (["--temperature", "nan"], "must be a finite number > 0"),
-    (["--temperature", "inf"], "must be a finite number > 0"),
+    (["--temperature", "nan"], "`temperature` must be a finite number or null, got nan"),
+    (["--temperature", "inf"], "`temperature` must be a finite number or null, got inf"),
     (["--note", "recipe"], "--note recipe: expected KEY=TEXT"),
     (["--note", "=text"], "the key is empty"),
     (["--note", "a=1", "--note", "a=2"], "--note a: given twice"),
