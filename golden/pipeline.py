@@ -11,7 +11,7 @@ from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
-from golden.labels import LabelMismatchError, read_label_file, save_labels, token_hash
+from golden.labels import LabelMismatchError, check_label_tokens, read_label_file, save_labels
 from golden.oracle import label_trace
 from golden.sharding import (
     atomic_output,
@@ -101,13 +101,15 @@ def label_traces(
     for u in mine:  # a finished shard is skipped only when it labels these very traces (ids say nothing of tokens)
         if u not in todo:
             done = read_label_file(shard_path(out, _shard_name(u)))
-            for i in units[u]:
-                lab = done.get(ids[i])
-                if lab is None or lab.token_hash != token_hash(ds[i]["input_ids"]):
-                    raise LabelMismatchError(
-                        f"{out} holds golden labels of trace {ids[i]!r} ({lab.source if lab else 'none'}) computed "
-                        f"from other token ids than the trace of that id in {traces}: it was labelled from other "
-                        "traces; rerun with those traces to resume, or choose another --out")
+            missing = [ids[i] for i in units[u] if ids[i] not in done]
+            if missing:
+                raise LabelMismatchError(f"{shard_path(out, _shard_name(u))} holds no labels of trace {missing[0]!r} "
+                                         f"of {traces}; it was labelled from other traces: choose another --out")
+            try:
+                check_label_tokens(done, ((ids[i], ds[i]["input_ids"]) for i in units[u]))
+            except LabelMismatchError as exc:
+                raise LabelMismatchError(f"--traces {traces}: {exc} (to resume {out}, rerun with the traces it was "
+                                         "made from, or choose another --out)") from None
     done_now = 0
     desc = "golden" if world == 1 else f"golden[rank {rank}/{world}]"
     with tqdm(total=sum(len(units[u]) for u in mine), desc=desc, unit="trace", disable=not progress) as bar:
