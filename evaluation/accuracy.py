@@ -148,11 +148,12 @@ def run_accuracy(
 
     settings = {**settings, "samples": samples, "num_problems": len(problems)}
     _check_settings(out, settings)
-    _check_records(out, read_records(out), problems, prompt_of, settings.get("data"))
+    records = read_records(out)  # complete lines only, so the same before and after repair_jsonl below
+    _check_records(out, records, problems, prompt_of, settings.get("data"))
     (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
     path = out / f"samples-rank{rank}.jsonl"
     repair_jsonl(path)
-    done = {sample_key(r["problem_id"], r["sample"]) for r in read_records(out)}
+    done = {sample_key(r["problem_id"], r["sample"]) for r in records}
     keys = [(p, s) for p in problems for s in range(samples)][rank::world_size]
     todo = [(p, s) for p, s in keys if sample_key(p.id, s) not in done]
     greedy = settings["temperature"] == 0
