@@ -11,7 +11,6 @@ feature set and width times the policy honestly. Its *quality* is meaningless: n
 
 from __future__ import annotations
 
-
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, ScorerConfig
 

@@ -13,7 +13,6 @@ feature set and width at the benchmark's (B, W), which costs what a trained one 
 
 from __future__ import annotations
 
-
 import torch
 import transformers
 

@@ -9,7 +9,6 @@ prints, per temperature, the mean overlap between a Plackett–Luce sampled evic
 
 from __future__ import annotations
 
-
 import torch
 
 from foresight.errors import ForesightError, OneLineParser, run_script

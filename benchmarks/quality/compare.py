@@ -17,7 +17,6 @@ golden and the heuristic from one quality benchmark run on the same traces.
 
 from __future__ import annotations
 
-
 from evaluation.quality import check_comparable, gap_share, load_gap_references, load_record, paired_difference
 from foresight.errors import OneLineParser, run_script
 
