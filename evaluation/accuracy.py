@@ -5,7 +5,8 @@ Outputs in ``out_dir``:
 * ``samples-rank{R}.jsonl``: one JSON line per (problem, sample), appended and flushed as soon as its batch
   finishes. A rerun skips every finished key (in any rank's file) and first cuts a half-written last line left by
   a killed process, so runs are resumable. Rank ``R`` of ``WORLD_SIZE`` handles keys ``R, R + WORLD_SIZE, ...``.
-* ``settings.json``: the generation settings; a rerun with settings that change the samples is refused, and so is
+* ``settings.json``: the generation settings; a rerun with settings that change the samples (the model and its
+  adapter by fingerprint, a learned policy's scorer by its weights' SHA-256) is refused, and so is
   a rerun whose problem set or template gives a finished sample another prompt or reference answer (the file behind
   ``--data`` or ``--template`` edited or replaced under the same ids): each record holds its prompt's digest.
 * ``summary.json``: pass@1 (mean over problems of the fraction of correct samples), per-problem accuracy, mean
@@ -30,6 +31,7 @@ from tqdm.auto import tqdm
 from evaluation.grading import grade
 from foresight.config import read_json
 from foresight.errors import ForesightError
+from foresight.fingerprint import fingerprint_diff
 from foresight.generation import eos_token_ids, generate
 from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
@@ -83,10 +85,15 @@ def _check_settings(out: Path, settings: dict) -> None:
     path = out / "settings.json"
     if path.exists():
         old = read_json(path, "settings file")
-        diff = [k for k in SAMPLE_DEFINING if old.get(k) != settings.get(k)]
-        if diff and any(out.glob(SAMPLES_GLOB)):
-            detail = ", ".join(f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff)
-            raise ForesightError(f"{out} holds samples made with other settings ({detail}); use another --out")
+        # the scorer by its weights where both runs recorded them (a path or short name can point at new weights)
+        scorer = "scorer_sha256" if old.get("scorer_sha256") and settings.get("scorer_sha256") else "scorer"
+        diff = [k for k in (*SAMPLE_DEFINING, scorer) if old.get(k) != settings.get(k)]
+        detail = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff]
+        if old.get("fingerprint") and settings.get("fingerprint"):  # the model's weights name and adapter
+            detail += fingerprint_diff(old["fingerprint"], settings["fingerprint"])
+        if detail and any(out.glob(SAMPLES_GLOB)):
+            raise ForesightError(f"{out} holds samples made with other settings ({', '.join(detail)}); use another "
+                                 "--out")
 
 
 def prompt_digest(prompt: str) -> str:

@@ -140,3 +140,42 @@ def test_refuses_samples_of_problems_edited_under_the_same_ids(data, tmp_path, c
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and str(data) in err and all(n in err for n in names), err
         assert {f.name: f.read_bytes() for f in out.iterdir()} == files
+
+
+def _scorer(tmp_path, seed):
+    import foresight
+    from foresight.scorer import Scorer, ScorerConfig
+    from tests.conftest import get_model
+
+    model, _ = get_model("tiny-llama")
+    sc = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=48, interval=8, hidden=8), seed=seed)
+    return sc.save_pretrained(tmp_path / f"scorer{seed}")
+
+
+def test_refuses_samples_of_another_scorer_or_model(data, tmp_path, capsys):
+    """Finished samples made with another scorer's weights (another --scorer, or the same directory holding new
+    weights) or another model (--adapter) are refused, not summarised as this run's pass@1; nothing is written."""
+    from tests.conftest import save_random_adapter
+
+    out = tmp_path / "run"
+    learned = ["--limit", "1", "--policy", "learned", "--scorer"]
+    first, second = _scorer(tmp_path, 0), _scorer(tmp_path, 1)
+    assert _run(data, out, *learned, str(first)) == 0
+    files = {f.name: f.read_bytes() for f in out.iterdir()}
+    capsys.readouterr()
+    assert _run(data, out, *learned, str(second)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "other settings" in err and "scorer" in err, err
+    (first / "model.safetensors").write_bytes((second / "model.safetensors").read_bytes())  # new weights, same dir
+    assert _run(data, out, *learned, str(first)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "scorer_sha256" in err, err
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == files
+
+    base = tmp_path / "base"
+    assert _run(data, base, "--limit", "1") == 0
+    capsys.readouterr()
+    adapter = save_random_adapter(tmp_path / "lora")
+    assert _run(data, base, "--limit", "1", "--adapter", str(adapter)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "adapter: none vs LORA" in err, err

@@ -144,6 +144,7 @@ def run_aime(args) -> int:
     from foresight.data import load_problems
     from foresight.errors import ForesightError
     from foresight.runtime import CacheConfig
+    from foresight.scorer import scorer_sha256
 
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
@@ -158,6 +159,7 @@ def run_aime(args) -> int:
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
     problems = load_problems(args.data, limit=args.limit)
+    scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
@@ -167,7 +169,7 @@ def run_aime(args) -> int:
             check(model)
     settings = {
         "model": args.model, "data": args.data, "policy": args.policy, "policy_kwargs": kwargs,
-        "scorer": args.scorer, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
+        "scorer": args.scorer, "scorer_sha256": scorer_sha, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
         "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
         "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
