@@ -96,6 +96,17 @@ def _check_settings(out: Path, settings: dict) -> None:
                                  "--out")
 
 
+def check_gradable(problems: Sequence, data) -> None:
+    """Refuse a problem set with nothing to grade: no problems, or a problem without a reference answer (every
+    sample of it would be graded wrong, and pass@1 read as a measurement)."""
+    if not problems:
+        raise ForesightError(f"--data {data} holds no problems")
+    missing = [p.id for p in problems if not str(p.answer).strip()]
+    if missing:
+        raise ForesightError(f"--data {data}: problem {missing[0]!r} has no reference answer ({len(missing)} of "
+                             f"{len(problems)} have none); eval aime grades against the `answer` field")
+
+
 def prompt_digest(prompt: str) -> str:
     """SHA-256 (first 16 hex digits) of a prompt's text, recorded with each sample."""
     return hashlib.sha256(prompt.encode()).hexdigest()[:16]
@@ -272,5 +283,5 @@ def format_summary(s: dict) -> str:
     ])
 
 
-__all__ = ["TIMING_FIELDS", "format_summary", "read_records", "repair_jsonl", "run_accuracy", "summarize",
-           "write_summary"]
+__all__ = ["TIMING_FIELDS", "check_gradable", "format_summary", "read_records", "repair_jsonl", "run_accuracy",
+           "summarize", "write_summary"]

@@ -179,3 +179,19 @@ def test_refuses_samples_of_another_scorer_or_model(data, tmp_path, capsys):
     assert _run(data, base, "--limit", "1", "--adapter", str(adapter)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "adapter: none vs LORA" in err, err
+
+
+@pytest.mark.parametrize("rows, message", [
+    ([PROBLEMS[0], {"id": "q", "problem": "What is 2+2?", "Answer": "4"}], "problem 'q' has no reference answer"),
+    ([], "no problems"),
+])
+def test_refuses_problems_it_cannot_grade(tmp_path, capsys, rows, message):
+    """A problem without a reference answer (e.g. a file naming it `Answer` or `solution`) was graded wrong on every
+    sample, so pass@1 read 0% with exit 0, and an empty problem file gave pass@1 n/a with exit 0: both are one line,
+    exit 2, before the model loads or anything is written."""
+    data, out = tmp_path / "problems.jsonl", tmp_path / "run"
+    data.write_text("".join(json.dumps(p) + "\n" for p in rows))
+    assert _run(data, out) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and str(data) in err, err
+    assert not out.exists()

@@ -139,7 +139,7 @@ def run_fidelity(args) -> int:
 def run_aime(args) -> int:
     """Generate answers under one policy and grade them (:func:`evaluation.accuracy.run_accuracy`)."""
     import foresight
-    from evaluation.accuracy import format_summary, run_accuracy
+    from evaluation.accuracy import check_gradable, format_summary, run_accuracy
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
     from foresight.errors import ForesightError
@@ -159,6 +159,7 @@ def run_aime(args) -> int:
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
     problems = load_problems(args.data, limit=args.limit)
+    check_gradable(problems, args.data)
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
