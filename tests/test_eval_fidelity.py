@@ -291,3 +291,15 @@ def test_cli_golden_labels_per_budget(trace_dir, tmp_path, capsys, tiny_llama):
     assert main([*args, "--budget", "24"]) == 0
     records = json.loads((out / "fidelity.json").read_text())
     assert sorted((r["policy"], r["budget"]) for r in records) == [("full", 24), ("golden", 24)]
+
+
+def test_cli_names_the_traces_a_budget_leaves_out(trace_dir, tmp_path, capsys):
+    """A trace too short to reach a budget's first eviction is left out of that budget's numbers; the report says
+    so beside the budget (it said only "3 traces", so the B=72 row read as measured on all of them)."""
+    out = tmp_path / "fid"
+    assert main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "random",
+                 "--budget", "24,72", "--interval", "8", "--out", str(out), "--quiet"]) == 0
+    records = {r["budget"]: r for r in json.loads((out / "fidelity.json").read_text())}
+    assert records[24]["traces"] == 3 and records[72]["traces"] == 2  # the 75-token trace: 75 <= 72 + 8 + 1
+    md = (out / "fidelity.md").read_text()
+    assert "B=72: 1 of 3 traces" in md and "B=24:" not in md

@@ -129,6 +129,11 @@ def run_fidelity(args) -> int:
         "skipped": skipped,
     }
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
+    for b in budgets:  # a trace of at most B + W + 1 tokens has no prediction after the first eviction
+        counted = next((r["traces"] for r in records if r["budget"] == b), len(ds))
+        if counted < len(ds):
+            notes.append(f"B={b}: {len(ds) - counted} of {len(ds)} traces are too short to reach the first eviction "
+                         f"(at most B + W + 1 = {b + args.interval + 1} tokens) and are left out of its numbers")
     md = write_fidelity_outputs(records, out, notes=notes, settings=settings)
     journal.unlink(missing_ok=True)
     print(md)
