@@ -19,6 +19,7 @@ in memory (positions ``>= min(B) + W`` only, ``ref_dtype``, fp32 by default: abo
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -211,6 +212,9 @@ def evaluate_fidelity(
             raise ForesightError(f"budget {b}: {exc}") from None
     if trace_ids is not None and len(trace_ids) != len(sequences):
         raise ValueError("trace_ids must have one id per sequence")
+    if trace_ids is not None and len(set(map(str, trace_ids))) != len(trace_ids):  # per-trace ratios are keyed by id
+        dup = Counter(map(str, trace_ids)).most_common(1)[0]
+        raise ForesightError(f"trace id {dup[0]!r} appears {dup[1]} times; every trace needs its own id")
     factory = policy_factory or default_factory(policy_kwargs)
     budgets = sorted({int(b) for b in budgets})
     lengths = [len(s) for s in sequences]

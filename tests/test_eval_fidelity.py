@@ -303,3 +303,10 @@ def test_cli_names_the_traces_a_budget_leaves_out(trace_dir, tmp_path, capsys):
     assert records[24]["traces"] == 3 and records[72]["traces"] == 2  # the 75-token trace: 75 <= 72 + 8 + 1
     md = (out / "fidelity.md").read_text()
     assert "B=72: 1 of 3 traces" in md and "B=24:" not in md
+
+
+def test_duplicate_trace_ids_are_refused(copy_model, copy_traces):
+    """Per-trace ratios are keyed by trace id: two traces under one id kept one ratio, so mean_trace_ratio and every
+    paired comparison silently dropped a trace. Refused before any compute, naming the id."""
+    with pytest.raises(ForesightError, match="trace id 'a' appears 2 times"):
+        evaluate_fidelity(copy_model, copy_traces[:3], ["random"], [12], 4, trace_ids=["a", "b", "a"])
