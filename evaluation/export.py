@@ -53,9 +53,24 @@ def resolve_scorer_dir(path: str | Path) -> Path:
     )
 
 
+def _other_scorer(path: Path, records: list, scorer_dir: Path) -> str | None:
+    """The scorer SHA-256 that the ``foresight eval fidelity`` run behind ``path`` recorded (its ``settings.json``)
+    when its ``learned`` records measured other weights than ``scorer_dir``'s; None otherwise or when unrecorded."""
+    settings = path.with_name("settings.json")
+    if not settings.is_file() or not any(isinstance(r, dict) and str(r.get("policy", "")).startswith("learned")
+                                         for r in records):
+        return None
+    try:
+        recorded = json.loads(settings.read_text()).get("scorer_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return recorded if recorded and recorded != file_sha256(scorer_dir / WEIGHTS_NAME) else None
+
+
 def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = None) -> tuple[list[dict], str] | None:
     """Fidelity records for the model card: ``explicit``, else a ``fidelity.json`` or training ``summary.json``
-    (its ``fidelity`` entry) next to the scorer or in the source directory."""
+    (its ``fidelity`` entry) next to the scorer or in the source directory. An evaluation recorded as measuring
+    other scorer weights is refused (``explicit``) or passed over (found)."""
     if explicit is not None:
         p = Path(explicit)
         if p.is_dir():
@@ -66,11 +81,17 @@ def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = Non
         if not all(isinstance(r, dict) and "policy" in r for r in records):
             raise ForesightError(f"{p} must hold a list of fidelity records (objects with a `policy`, as "
                                  "`foresight eval fidelity` writes them)")
+        other = _other_scorer(p, records, scorer_dir)
+        if other:
+            raise ForesightError(f"--fidelity {p}: measured another scorer (weights sha256 {other[:12]}…, "
+                                 f"{p.with_name('settings.json')}), not {scorer_dir}; pass this scorer's evaluation")
         return records, str(p)
     for d in dict.fromkeys([scorer_dir, src, src.parent]):
         for name in ("fidelity.json", "eval/fidelity.json"):
             if (d / name).is_file():
-                return read_json(d / name, "fidelity results", expect=list), str(d / name)
+                records = read_json(d / name, "fidelity results", expect=list)
+                if not _other_scorer(d / name, records, scorer_dir):
+                    return records, str(d / name)
         summ = d / "summary.json"
         if summ.is_file():
             try:

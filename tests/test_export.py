@@ -153,3 +153,23 @@ def test_export_keeps_a_trained_temperature(scorer_dir, tmp_path, capsys):
     assert "already records temperature 0.5" in capsys.readouterr().err and not out.exists()
     assert main(["export", str(scorer_dir), "--out", str(out), "--temperature", "0.5"]) == 0
     assert Scorer.from_pretrained(out).config.temperature == 0.5
+
+
+def test_fidelity_of_another_scorer_is_not_quoted(scorer_dir, tmp_path, capsys):
+    """A `foresight eval fidelity` output whose settings.json records other scorer weights than the exported ones
+    (an earlier round's evaluation): --fidelity naming it is one line, exit 2, nothing written; found beside the
+    scorer it is passed over. The card used to quote the other scorer's loss ratio as this scorer's."""
+    from foresight.fingerprint import file_sha256
+
+    (scorer_dir / "settings.json").write_text(json.dumps({"model": "tiny-llama", "scorer_sha256": "0" * 64}))
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--fidelity", str(scorer_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "000000000000" in err and "another scorer" in err, err
+    assert not out.exists()
+    assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
+    assert "| learned |" not in (out / "README.md").read_text()
+    sha = file_sha256(scorer_dir / "scorer" / "model.safetensors")
+    (scorer_dir / "settings.json").write_text(json.dumps({"model": "tiny-llama", "scorer_sha256": sha}))
+    assert main(["export", str(scorer_dir), "--out", str(out), "--overwrite", "--fidelity", str(scorer_dir)]) == 0
+    assert "| 32 | learned | 1.0123 |" in (out / "README.md").read_text()
