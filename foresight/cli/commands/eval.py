@@ -175,7 +175,8 @@ def run_aime(args) -> int:
             check(model)
     settings = {
         "model": args.model, "data": args.data, "policy": args.policy, "policy_kwargs": kwargs,
-        "scorer": args.scorer, "scorer_sha256": scorer_sha, "budget": cfg.budget, "interval": cfg.interval, "sinks": args.sinks,
+        "scorer": args.scorer, "scorer_sha256": scorer_sha, "budget": cfg.budget, "interval": cfg.interval,
+        "sinks": args.sinks,
         "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
         "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
         "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
