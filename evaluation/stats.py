@@ -13,6 +13,8 @@ from typing import Sequence
 
 import numpy as np
 
+from foresight.errors import ForesightError
+
 
 def _resamples(size: int, n: int, seed: int) -> np.ndarray:
     """``n`` bootstrap resamples of ``size`` traces, as an (n, size) index array."""
@@ -26,12 +28,23 @@ def _interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def _check_finite(**sides: np.ndarray) -> None:
+    """Refuse a NaN or infinite per-trace value: it would turn a mean and every resample into NaN, or into a number
+    that is not a measurement (a hand-edited or corrupt results file)."""
+    for name, v in sides.items():
+        bad = np.flatnonzero(~np.isfinite(v))
+        if bad.size:
+            raise ForesightError(f"{bad.size} of {v.size} per-trace values are not finite ({name}[{bad[0]}] = "
+                                 f"{v[bad[0]]}); a loss ratio is a positive finite number")
+
+
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0,
                      level: float = 0.95) -> dict:
     """Mean paired difference ``mean(a - b)`` and its percentile-bootstrap interval over traces.
 
     Returns ``{"mean", "ci_low", "ci_high", "n_traces", "level"}``; with fewer than two pairs the interval is
-    NaN (nothing to resample). Raises ``ValueError`` on different lengths or an empty input.
+    NaN (nothing to resample). Raises ``ValueError`` on different lengths or an empty input and
+    :class:`~foresight.errors.ForesightError` on a value that is not finite.
     """
     x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
@@ -40,6 +53,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
         raise ValueError("paired_bootstrap needs at least one pair")
     if n < 1 or not 0 < level < 1:
         raise ValueError(f"need n >= 1 and 0 < level < 1, got n={n} level={level}")
+    _check_finite(x=x, y=y)
     d = x - y
     out = {"mean": float(d.mean()), "ci_low": float("nan"), "ci_high": float("nan"), "n_traces": int(d.size),
            "level": level}
@@ -63,6 +77,7 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
     if not s.shape == w.shape == b.shape or s.ndim != 1 or s.size == 0:
         raise ValueError(f"gap_share_bootstrap needs three equal-length non-empty 1-d sequences, got {s.shape}, "
                          f"{w.shape} and {b.shape}")
+    _check_finite(stage=s, worse=w, better=b)
     gap = w.mean() - b.mean()
     out = {"share": float((w.mean() - s.mean()) / gap) if gap > 0 else float("nan"), "ci_low": float("nan"),
            "ci_high": float("nan"), "n_traces": int(s.size), "n_dropped": 0, "level": level}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from evaluation.stats import gap_share_bootstrap, paired_bootstrap
+from foresight.errors import ForesightError
 
 
 def test_paired_bootstrap_constant_and_identical_differences():
@@ -63,3 +64,13 @@ def test_gap_share_bootstrap_edge_cases():
     assert math.isnan(none["share"]) and none["n_dropped"] == 10000 and math.isnan(none["ci_low"])
     with pytest.raises(ValueError):
         gap_share_bootstrap([1.0, 2.0], [1.0], [1.0])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_values_that_are_not_finite_are_refused(bad):
+    """A NaN ratio (a corrupt or hand-edited results file) used to turn the mean and the interval into NaN, or an
+    inf into a number, without an error."""
+    with pytest.raises(ForesightError, match=r"not finite \(x\[1\]"):
+        paired_bootstrap([1.1, bad, 1.2], [1.0, 1.0, 1.0])
+    with pytest.raises(ForesightError, match=r"not finite \(better\[0\]"):
+        gap_share_bootstrap([1.1, 1.2], [1.3, 1.4], [bad, 1.0])
