@@ -272,6 +272,18 @@ def test_train_resume_equals_uninterrupted_and_nan_steps_are_skipped(tiny_data, 
     assert gr["skipped"] == 1 and len(calls) == 3
 
 
+def test_a_fresh_run_in_a_used_out_dir_logs_only_its_own_metrics(tiny_data, tmp_path):
+    """Without --resume a run starts afresh: metrics.jsonl must not keep an earlier run's records (a reader by step
+    would mix the two runs' curves)."""
+    from training.logging import read_metrics
+    from training.sl import run_sl
+
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=4))
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=2, lr=0.5))
+    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in recs] == [("train", 1), ("train", 2), ("eval", 2)]
+
+
 def test_wandb_offline_and_local_jsonl(tiny_data, tmp_path, monkeypatch):
     from training.logging import MetricsLogger, read_metrics
 
