@@ -145,6 +145,16 @@ def test_config_validation(tmp_path):
     assert keys == set(SLConfig.keys())  # configs/sl.yaml documents every key, and only real keys
 
 
+def test_a_time_slice_that_ends_before_a_checkpoint_is_refused():
+    """An invocation that stops (max_steps_per_run) before it reaches a checkpoint leaves nothing new to resume from:
+    every --resume would redo the same steps from the same checkpoint and the run would never finish."""
+    for every in (50, 0):
+        with pytest.raises(ValueError, match="max_steps_per_run=30 stops before the next checkpoint"):
+            TrainerConfig(steps=100, checkpoint_every=every, max_steps_per_run=30)
+    TrainerConfig(steps=100, checkpoint_every=25, max_steps_per_run=30)  # saves at least once per invocation
+    TrainerConfig(steps=100, checkpoint_every=0, max_steps_per_run=100)  # never stops early
+
+
 def test_cli_reports_config_errors(capsys):
     from foresight.cli import main
 
