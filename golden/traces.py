@@ -148,6 +148,9 @@ def generate_traces(
     clean_stale(out, [_shard_name(i) for i in mine])
     redo = set(unfinished_shards(out, [_shard_name(i) for i in mine]))
     todo = [i for i in mine if _shard_name(i) in redo]
+    for i in mine:  # a finished shard is kept only when it traces these very problems (ids say nothing of the text)
+        if i not in todo:
+            _check_problems(out, _shard_name(i), units[i])
     settings_json = json.dumps(settings, sort_keys=True)
     fingerprint_json = json.dumps(fingerprint, sort_keys=True)
     eos = eos_token_ids(model, tokenizer)
@@ -198,6 +201,17 @@ def check_sampling(*, samples: int, max_new_tokens: int, temperature: float, top
         raise ForesightError(f"top_p must be in (0, 1], got {top_p}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ForesightError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+
+
+def _check_problems(out: Path, name: str, unit) -> None:
+    """Refuse a finished shard whose traces were sampled for other problem texts or answers than ``unit``'s: problem
+    sets without ids number their problems 0, 1, ..., so another (or a corrected) file gives the same trace ids."""
+    ds = _load_shard(shard_path(out, name))
+    for (p, s), tid, text, answer in zip(unit, ds["trace_id"], ds["problem"], ds["answer"]):
+        if (tid, text, answer) != (trace_id(p.id, s), p.problem, p.answer):
+            raise ForesightError(f"{shard_path(out, name)} holds traces of other problems than --data gives now "
+                                 f"(trace {tid!r}: its problem text or answer differs); rerun with the data it was "
+                                 "made from, or choose another --out")
 
 
 def _write_shard(out: Path, name: str, rows: dict) -> None:

@@ -240,6 +240,21 @@ def _metrics(out: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def test_a_slice_too_short_for_a_later_rounds_checkpoint_stops_before_it(data, tmp_path):
+    """max_steps_per_run=8 with 6 steps a round and a checkpoint every 3: after round 0 two steps are left, which
+    cannot reach round 1's first checkpoint; the invocation stops there instead of raising mid-run (the validated
+    round config) or doing steps that no checkpoint keeps."""
+    from training.dagger import round_dir
+    from training.sl import run_sl
+
+    kw = dict(dagger_rounds=1, steps=6, checkpoint_every=3)
+    a = run_sl(_cfg(data, tmp_path / "run", max_steps_per_run=8, **kw))
+    assert not a["finished"] and a["round"] == 1 and a["steps_this_run"] == 6
+    assert not (round_dir(tmp_path / "run", 1) / "checkpoints").exists()
+    b = run_sl(_cfg(data, tmp_path / "run", **kw), resume=True)
+    assert b["finished"] and b["steps_this_run"] == 6
+
+
 def test_resume_mid_dagger_equals_uninterrupted(data, tmp_path):
     from training.dagger import round_dir
     from training.sl import run_sl

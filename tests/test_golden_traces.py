@@ -147,6 +147,20 @@ def test_trace_dir_mismatch_errors(tmp_path):
         load_traces(tmp_path / "shards")
 
 
+def test_trace_rerun_with_other_problems_under_the_same_ids_is_refused(tmp_path):
+    """Problem sets without ids number their problems 0, 1, ...: a rerun into the same --out with another file (or
+    a corrected one) must not keep the finished shards of the old problems as if they were the new ones."""
+    model, tok = get_model("tiny-llama")
+    for name, texts in (("a", ["What is 1 + 1?", "What is 2 + 2?"]), ("b", ["What is 3 + 3?", "What is 2 + 2?"])):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps({"problem": t, "answer": "2"}) + "\n"
+                                                         for t in texts))
+    settings = {**SETTINGS, "batch_size": 2}
+    generate_traces(model, tok, load_problems(str(tmp_path / "a.jsonl")), tmp_path / "out", seed=0, **settings)
+    generate_traces(model, tok, load_problems(str(tmp_path / "a.jsonl")), tmp_path / "out", seed=0, **settings)
+    with pytest.raises(ForesightError, match="other problems.*'0#0'"):
+        generate_traces(model, tok, load_problems(str(tmp_path / "b.jsonl")), tmp_path / "out", seed=0, **settings)
+
+
 def test_trace_kill_and_resume(tmp_path):
     """SIGKILL a `foresight trace` subprocess mid-run, plant a half-written shard, rerun: complete, no duplicates."""
     out = tmp_path / "traces"

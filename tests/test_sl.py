@@ -145,6 +145,16 @@ def test_config_validation(tmp_path):
     assert keys == set(SLConfig.keys())  # configs/sl.yaml documents every key, and only real keys
 
 
+def test_a_time_slice_that_ends_before_a_checkpoint_is_refused():
+    """An invocation that stops (max_steps_per_run) before it reaches a checkpoint leaves nothing new to resume from:
+    every --resume would redo the same steps from the same checkpoint and the run would never finish."""
+    for every in (50, 0):
+        with pytest.raises(ValueError, match="max_steps_per_run=30 stops before the next checkpoint"):
+            TrainerConfig(steps=100, checkpoint_every=every, max_steps_per_run=30)
+    TrainerConfig(steps=100, checkpoint_every=25, max_steps_per_run=30)  # saves at least once per invocation
+    TrainerConfig(steps=100, checkpoint_every=0, max_steps_per_run=100)  # never stops early
+
+
 def test_cli_reports_config_errors(capsys):
     from foresight.cli import main
 
@@ -270,6 +280,18 @@ def test_train_resume_equals_uninterrupted_and_nan_steps_are_skipped(tiny_data, 
     monkeypatch.setattr(loop, "_grads_finite", flaky)
     gr = run_sl(_cfg(tiny_data, tmp_path / "grad", steps=3))
     assert gr["skipped"] == 1 and len(calls) == 3
+
+
+def test_a_fresh_run_in_a_used_out_dir_logs_only_its_own_metrics(tiny_data, tmp_path):
+    """Without --resume a run starts afresh: metrics.jsonl must not keep an earlier run's records (a reader by step
+    would mix the two runs' curves)."""
+    from training.logging import read_metrics
+    from training.sl import run_sl
+
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=4))
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=2, lr=0.5))
+    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in recs] == [("train", 1), ("train", 2), ("eval", 2)]
 
 
 def test_wandb_offline_and_local_jsonl(tiny_data, tmp_path, monkeypatch):

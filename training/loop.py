@@ -242,6 +242,8 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
     out = Path(cfg.out_dir)
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
                            run_name=cfg.run_name, run_config=cfg.to_dict())
+    if not resume:  # a fresh run logs afresh: no record of an earlier run in this out_dir (a resume cuts them back)
+        logger.truncate(-1)
     before: dict = {}
     if dist.is_main:
         out.mkdir(parents=True, exist_ok=True)

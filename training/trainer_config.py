@@ -62,6 +62,10 @@ class TrainerConfig:
                      "max_steps_per_run"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if 0 < self.max_steps_per_run < self.steps and not 0 < self.checkpoint_every <= self.max_steps_per_run:
+            raise ValueError(f"max_steps_per_run={self.max_steps_per_run} stops before the next checkpoint "
+                             f"(checkpoint_every={self.checkpoint_every}), so a --resume starts again from the last "
+                             "one and never gets further; set checkpoint_every to at most max_steps_per_run")
         if not self.lr > 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
