@@ -98,12 +98,19 @@ def same_traces(a: dict, b: dict, a_name: str, b_name: str) -> list[str]:
     return sorted(a["per_trace_ratio"])
 
 
-def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0) -> dict:
+def problem_of(trace_id: str) -> str:
+    """The problem a trace samples: its id without the ``#sample`` suffix (``golden.traces.trace_id``)."""
+    return str(trace_id).rsplit("#", 1)[0]
+
+
+def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0, by_problem: bool = False) -> dict:
     """Paired per-trace difference ``a - b`` of two fidelity records' loss ratios with its bootstrap interval
-    (:func:`evaluation.stats.paired_bootstrap`); refuses records measured on different traces."""
+    (:func:`evaluation.stats.paired_bootstrap`; ``by_problem`` resamples problems, for several traces per problem);
+    refuses records measured on different traces."""
     ids = same_traces(a, b, a_name, b_name)
     ra, rb = a["per_trace_ratio"], b["per_trace_ratio"]
-    return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed)
+    groups = [problem_of(t) for t in ids] if by_problem else None
+    return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed, groups=groups)
 
 
 def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
@@ -195,4 +202,4 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["check_comparable", "gap_share", "load_gap_references", "load_record", "paired_difference", "quality_markdown", "quality_summary", "same_traces"]
+__all__ = ["check_comparable", "gap_share", "load_gap_references", "load_record", "paired_difference", "problem_of", "quality_markdown", "quality_summary", "same_traces"]

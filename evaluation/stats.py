@@ -39,10 +39,16 @@ def _check_finite(**sides: np.ndarray) -> None:
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, seed: int = 0,
-                     level: float = 0.95) -> dict:
+                     level: float = 0.95, groups: Sequence | None = None) -> dict:
     """Mean paired difference ``mean(a - b)`` and its percentile-bootstrap interval over traces.
 
-    Returns ``{"mean", "ci_low", "ci_high", "n_traces", "level"}``; with fewer than two pairs the interval is
+    ``groups`` (one label per pair, e.g. the problem a trace samples) resamples whole groups instead of pairs, the
+    cluster bootstrap: several traces of one problem are not independent, and resampling them one by one gives too
+    narrow an interval. Each resample's statistic is the mean over the pairs of its drawn groups; with one pair per
+    group this is the ordinary bootstrap, draw for draw.
+
+    Returns ``{"mean", "ci_low", "ci_high", "n_traces", "level"}`` (and ``n_groups`` with ``groups``); with fewer
+    than two pairs (groups) the interval is
     NaN (nothing to resample). Raises ``ValueError`` on different lengths or an empty input and
     :class:`~foresight.errors.ForesightError` on a value that is not finite.
     """
@@ -57,9 +63,16 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
     d = x - y
     out = {"mean": float(d.mean()), "ci_low": float("nan"), "ci_high": float("nan"), "n_traces": int(d.size),
            "level": level}
-    if d.size >= 2:
-        means = d[_resamples(d.size, n, seed)].mean(axis=1)
-        out["ci_low"], out["ci_high"] = _interval(means, level)
+    sums, counts = d, np.ones_like(d)
+    if groups is not None:
+        if len(groups) != d.size:
+            raise ValueError(f"groups needs one label per pair, got {len(groups)} for {d.size} pairs")
+        labels, member = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+        sums, counts = np.bincount(member, weights=d), np.bincount(member).astype(np.float64)
+        out["n_groups"] = int(labels.size)
+    if sums.size >= 2:
+        idx = _resamples(sums.size, n, seed)
+        out["ci_low"], out["ci_high"] = _interval(sums[idx].sum(axis=1) / counts[idx].sum(axis=1), level)
     return out
 
 

@@ -176,6 +176,12 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
     assert r["ci_low"] <= r["mean"] <= r["ci_high"] <= 0.0
     assert compare.main([f"{new}:sl", f"{old}:sl_long", "--budget", "16", "--interval", "4"]) == 0
     assert "paired a - b -0.1333" in capsys.readouterr().out
+    two = {"p#0": 1.1, "p#1": 1.3, "q#0": 1.2}  # two traces of problem p: --by-problem resamples p and q
+    many = _quality_json(tmp_path / "many.json", "m", [_rec("sl", two)])
+    by_problem = compare.compare(f"{many}:sl", f"{many}:sl", 16, 4, by_problem=True)
+    assert by_problem["n_groups"] == 2 and by_problem["mean"] == 0.0
+    assert compare.main([f"{many}:sl", f"{many}:sl", "--budget", "16", "--interval", "4", "--by-problem"]) == 0
+    assert "over 3 traces of 2 problems (problems resampled)" in capsys.readouterr().out
     threads = _quality_json(tmp_path / "th.json", "m", [{**_rec("sl", {"a": 1.2, "b": 1.3, "c": 1.5}),
                                                         "ce_full": 0.5 * (1 + 1e-5)}])
     assert compare.compare(f"{new}:sl", f"{threads}:sl", 16, 4)["n_traces"] == 3  # fp32 noise of thread counts

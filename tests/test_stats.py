@@ -74,3 +74,27 @@ def test_values_that_are_not_finite_are_refused(bad):
         paired_bootstrap([1.1, bad, 1.2], [1.0, 1.0, 1.0])
     with pytest.raises(ForesightError, match=r"not finite \(better\[0\]"):
         gap_share_bootstrap([1.1, 1.2], [1.3, 1.4], [bad, 1.0])
+
+
+def test_cluster_bootstrap_with_one_pair_per_group_is_the_ordinary_one_and_groups_widen_the_interval():
+    rng = np.random.default_rng(1)
+    b = rng.normal(1.2, 0.2, 30)
+    a = b - 0.01 + rng.normal(0, 0.01, 30)
+    plain = paired_bootstrap(a, b, n=2000, seed=5)
+    singletons = paired_bootstrap(a, b, n=2000, seed=5, groups=[f"p{i:02d}" for i in range(30)])
+    assert {k: singletons[k] for k in plain} == plain and singletons["n_groups"] == 30
+    # 6 problems x 5 traces with a shared per-problem effect: resampling traces understates the spread
+    effect = np.repeat(rng.normal(0, 0.02, 6), 5)
+    a2, groups = b + effect, [f"p{i // 5}" for i in range(30)]
+    by_trace, by_problem = paired_bootstrap(a2, b, n=4000, seed=2), paired_bootstrap(a2, b, n=4000, seed=2,
+                                                                                      groups=groups)
+    assert by_problem["mean"] == by_trace["mean"] and by_problem["n_groups"] == 6
+    assert by_problem["ci_high"] - by_problem["ci_low"] > 1.5 * (by_trace["ci_high"] - by_trace["ci_low"])
+    # brute force: each resample's statistic is the mean over the pairs of the drawn problems
+    d = a2 - b
+    idx = np.random.default_rng(2).integers(0, 6, size=(4000, 6))
+    stats = [np.concatenate([d[g * 5:(g + 1) * 5] for g in row]).mean() for row in idx]
+    assert by_problem["ci_low"] == pytest.approx(np.percentile(stats, 2.5))
+    assert by_problem["ci_high"] == pytest.approx(np.percentile(stats, 97.5))
+    with pytest.raises(ValueError, match="one label per pair"):
+        paired_bootstrap(a, b, groups=["p"] * 3)

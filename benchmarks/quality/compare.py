@@ -12,7 +12,8 @@ is refused, because a paired difference over different traces is a wrong number.
 A ``FILE`` may also be a ``foresight eval fidelity`` output's ``fidelity.json`` (``STAGE`` its policy, e.g.
 ``learned``; the model is read from the ``settings.json`` beside it). ``--gap FILE:HEURISTIC`` adds the share of
 that heuristic -> golden gap each side closes (pooled, and on per-trace means with a bootstrap interval), with
-golden and the heuristic from one quality benchmark run on the same traces.
+golden and the heuristic from one quality benchmark run on the same traces. ``--by-problem`` resamples problems
+instead of traces for the paired interval (the cluster bootstrap), for trace sets with several samples per problem.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from evaluation.quality import check_comparable, gap_share, load_gap_references,
 from foresight.errors import OneLineParser, run_script
 
 
-def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0, gap: str | None = None) -> dict:
+def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0, gap: str | None = None,
+            by_problem: bool = False) -> dict:
     """The paired per-trace difference a - b of two stages' loss ratios, after checking they belong together;
     with ``gap`` (``FILE:HEURISTIC``) also the share of that heuristic -> golden gap each closes."""
     (meta_a, a), (meta_b, b) = load_record(a_spec, budget, interval), load_record(b_spec, budget, interval)
@@ -31,7 +33,7 @@ def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0,
         meta, *refs = load_gap_references(gap, budget, interval)
         for spec, rec in refs:
             check_comparable(meta_a, a, meta, rec, a_spec, spec)
-    out = paired_difference(a, b, a_spec, b_spec, seed)  # refuses different trace ids
+    out = paired_difference(a, b, a_spec, b_spec, seed, by_problem)  # refuses different trace ids
     out.update(a=a_spec, b=b_spec, a_loss_ratio=a["loss_ratio"], b_loss_ratio=b["loss_ratio"],
                a_mean_trace_ratio=a["mean_trace_ratio"], b_mean_trace_ratio=b["mean_trace_ratio"])
     if refs:
@@ -50,11 +52,14 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--gap", metavar="FILE:HEURISTIC", default=None,
                    help="a quality.json and its heuristic: report the share of the heuristic -> golden gap closed")
+    p.add_argument("--by-problem", action="store_true",
+                   help="resample problems, not traces, for the paired interval (several traces per problem)")
     args = p.parse_args(argv)
-    r = compare(args.a, args.b, args.budget, args.interval, args.seed, args.gap)
+    r = compare(args.a, args.b, args.budget, args.interval, args.seed, args.gap, args.by_problem)
     print(f"pooled {r['a_loss_ratio']:.4f} vs {r['b_loss_ratio']:.4f}; mean per trace {r['a_mean_trace_ratio']:.4f} "
           f"vs {r['b_mean_trace_ratio']:.4f}; paired a - b {r['mean']:+.4f} [{r['ci_low']:+.4f}, "
-          f"{r['ci_high']:+.4f}] over {r['n_traces']} traces")
+          f"{r['ci_high']:+.4f}] over {r['n_traces']} traces"
+          + (f" of {r['n_groups']} problems (problems resampled)" if "n_groups" in r else ""))
     for side in ("a", "b"):
         if f"{side}_gap_closed" in r:
             g = r[f"{side}_gap_closed"]
