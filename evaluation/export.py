@@ -264,9 +264,11 @@ def _replace_dir(tmp: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _set_temperature(scorer, temperature: float | None) -> None:
+def _set_temperature(scorer, temperature: float | None, prov: dict) -> None:
     """Record the ``selection=sample`` temperature in the exported config; refuses a non-positive or non-finite one,
-    and one that differs from a temperature the scorer already records (GRPO's, which it was trained with)."""
+    and one that differs from a temperature the scorer was trained with (GRPO's). A temperature that an earlier
+    export chose for a scorer trained without one (SL + DAgger) may be replaced: ``prov`` then records the old value
+    as ``temperature_replaced`` and drops the ``temperature_note`` that described it."""
     if temperature is None:
         return
     try:  # the config validates its own fields
@@ -275,8 +277,11 @@ def _set_temperature(scorer, temperature: float | None) -> None:
         raise ForesightError(f"--temperature {temperature}: {exc}") from None
     old = scorer.config.temperature
     if old is not None and float(old) != config.temperature:
-        raise ForesightError(f"--temperature {temperature}: the scorer already records temperature {old:g} (the one "
-                             "its sampled evictions were trained with); export it without --temperature")
+        if "grpo" in prov or "exported_at" not in prov:
+            raise ForesightError(f"--temperature {temperature}: the scorer already records temperature {old:g} (the "
+                                 "one its sampled evictions were trained with); export it without --temperature")
+        prov["temperature_replaced"] = f"{old:g}"
+        prov.pop("temperature_note", None)
     scorer.config = config
 
 
@@ -296,7 +301,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
-    e.g. SL + DAgger); ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
+    e.g. SL + DAgger; re-exporting such a scorer may replace the one an earlier export recorded); ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
     format and described in the model card (:mod:`evaluation.export_adapter`).
@@ -314,8 +319,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     out = Path(out)
     _check_out(out, scorer_dir, overwrite)
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
-    _set_temperature(scorer, temperature)
     prov = dict(scorer.config.provenance or {})
+    _set_temperature(scorer, temperature, prov)
     _add_notes(prov, notes)
     prov.setdefault("exported_from", str(scorer_dir.resolve()))
     prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

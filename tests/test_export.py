@@ -122,6 +122,16 @@ def test_export_records_temperature_and_notes(scorer_dir, tmp_path, capsys):
     # the recorded temperature is what selection=sample uses when none is given
     assert make_policy("learned", scorer=str(out), selection="sample").sampling_temperature == 0.003
     assert (out / "model.safetensors").read_bytes() == (scorer_dir / "scorer" / "model.safetensors").read_bytes()
+    # an export's temperature (the scorer was trained without one) may be replaced by re-exporting the export; the
+    # note describing the old value goes, the old value is recorded, the weights stay byte for byte
+    again = tmp_path / "again"
+    assert main(["export", str(out), "--out", str(again), "--temperature", "0.005",
+                 "--note", "temperature_note=chosen again"]) == 0
+    exp = Scorer.from_pretrained(again)
+    assert exp.config.temperature == 0.005 and exp.config.provenance["temperature_replaced"] == "0.003"
+    assert exp.config.provenance["temperature_note"] == "chosen again"
+    assert exp.config.provenance["recipe"] == "recipe.sh, 3 rounds"
+    assert (again / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
 
 @pytest.mark.parametrize("args, message", [
