@@ -338,6 +338,34 @@ def test_two_rank_cpu_deepspeed_run_writes_one_checkpoint(tiny_data, tmp_path):
     Scorer.from_pretrained(out / "scorer")
 
 
+def test_feature_cache_identity_covers_the_foresight_targets(tiny_data, tmp_path):
+    """Labels made again with the same evictions but other α (another dtype or device) are another version: the
+    cached α, read back as the training targets, would otherwise be the old labels' while the run records the new."""
+    import dataclasses
+
+    import datasets
+
+    from golden.labels import load_labels
+    from training.sl import run_sl
+    from foresight.errors import ForesightError
+    from training.sl_features import FeatureCache, trace_identity
+
+    traces, labels = tiny_data
+    run_sl(_cfg(tiny_data, tmp_path / "a", steps=2))
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    rows = list(datasets.load_from_disk(str(traces)))
+    lab = load_labels(labels)
+    row = next(r for r in rows if lab[r["trace_id"]].events)
+    old = lab[row["trace_id"]]
+    ev0 = old.events[0]
+    new = dataclasses.replace(old, events=[dataclasses.replace(ev0, alpha=ev0.alpha * (1 + 1e-3)), *old.events[1:]])
+    assert torch.equal(new.events[0].evicted, ev0.evicted)
+    assert trace_identity(row["input_ids"], new) != trace_identity(row["input_ids"], old)
+    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16")
+    with pytest.raises(ForesightError, match="another version of trace"):
+        cache.load([row], torch.arange(4), {**lab, row["trace_id"]: new})
+
+
 def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_data, tmp_path):
     """A trace regenerated (or relabelled) under the same id must be extracted again, not read from the cache."""
     import datasets

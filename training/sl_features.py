@@ -80,12 +80,14 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
 
 
 def trace_identity(input_ids, labels: TraceLabels) -> str:
-    """What a trace's cached events were computed from: its token ids and the oracle's evictions (the golden
-    trajectory the replay followed). A trace regenerated under the same id, or relabelled differently, gets
-    another identity, so its stale events are never reused."""
+    """What a trace's cached events were computed from: its token ids, the oracle's evictions (the golden
+    trajectory the replay followed) and its foresight values α (the targets stored beside the features). A trace
+    regenerated under the same id, or relabelled differently (even with the same evictions: labels of another dtype
+    or device), gets another identity, so its stale events are never reused."""
     h = hashlib.sha256(token_hash(input_ids).encode())
     for ev in labels.events:
         h.update(ev.evicted.to(torch.int64).contiguous().numpy().tobytes())
+        h.update(ev.alpha.to(torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()[:32]
 
 
