@@ -209,8 +209,11 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
     return out
 
 
-def load_labels(path: str | Path) -> dict[str, TraceLabels]:
-    """Load golden labels: a ``foresight golden`` output directory (finished shards, plan order) or one file."""
+def load_labels(path: str | Path, complete: bool = False) -> dict[str, TraceLabels]:
+    """Load golden labels: a ``foresight golden`` output directory (finished shards, plan order) or one file.
+
+    ``complete`` refuses a directory whose plan still has unfinished shards (a labelling run still going, or
+    killed): a trainer would otherwise learn from the traces labelled so far without a word."""
     path = Path(path)
     if path.is_file():
         return read_label_file(path)
@@ -220,11 +223,17 @@ def load_labels(path: str | Path) -> dict[str, TraceLabels]:
     if plan is None or plan.get("kind") != "foresight-golden":
         raise ForesightError(f"{path} is not a `foresight golden` output directory (no golden plan.json)")
     out: dict[str, TraceLabels] = {}
+    unfinished = 0
     for unit in plan["units"]:
         if check_shard(path, unit["shard"], "rerun the same `foresight golden` command to redo it"):
             out.update(read_label_file(shard_path(path, unit["shard"])))
+        else:
+            unfinished += 1
     if not out:
         raise ForesightError(f"{path} has no finished label shards yet")
+    if complete and unfinished:
+        raise ForesightError(f"{path}: {unfinished} of {len(plan['units'])} label shards are not finished (`foresight "
+                             "golden` still running, or stopped); let it finish, or rerun the same command, first")
     return out
 
 

@@ -223,6 +223,9 @@ def test_label_traces_skips_short_and_resumes(trace_dir, tmp_path):
     assert sorted(labels) == sorted(long_ids)
     first = sorted((tmp_path / "g" / "shards").iterdir())[0]
     first.unlink()  # lose one finished shard: the rerun redoes exactly that one
+    assert len(load_labels(tmp_path / "g")) == len(long_ids) - 1  # readers of what is finished so far
+    with pytest.raises(ForesightError, match=rf"1 of {len(long_ids)} label shards are not finished"):
+        load_labels(tmp_path / "g", complete=True)  # a trainer's read: not the traces labelled so far
     s2 = label_traces(model, trace_dir, tmp_path / "g", budget, interval, traces_per_shard=1, progress=False)
     assert s2.labelled_now == 1 and s2.shards_done == s2.shards_total
     again = load_labels(tmp_path / "g")

@@ -97,7 +97,7 @@ class SLTask:
         ds = load_traces(cfg.traces)
         labels = {}
         for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
-            labels.update(load_labels(path))
+            labels.update(load_labels(path, complete=True))  # not the traces labelled so far
         check_labels_match(labels, self.model, cfg.budget, cfg.interval)
         rows = [r for r in ds if r["trace_id"] in labels]
         if not rows:
