@@ -6,7 +6,7 @@ Outputs in ``out_dir``:
   finishes. A rerun skips every finished key (in any rank's file) and first cuts a half-written last line left by
   a killed process, so runs are resumable. Rank ``R`` of ``WORLD_SIZE`` handles keys ``R, R + WORLD_SIZE, ...``.
 * ``settings.json``: the generation settings; a rerun with settings that change the samples (the model and its
-  adapter by fingerprint, a learned policy's scorer by its weights' SHA-256) is refused, and so is
+  adapter by fingerprint, its weights' dtype, a learned policy's scorer by its weights' SHA-256) is refused, and so is
   a rerun whose problem set or template gives a finished sample another prompt or reference answer (the file behind
   ``--data`` or ``--template`` edited or replaced under the same ids): each record holds its prompt's digest.
 * ``summary.json``: pass@1 (mean over problems of the fraction of correct samples), per-problem accuracy, mean
@@ -87,7 +87,8 @@ def _check_settings(out: Path, settings: dict) -> None:
         old = read_json(path, "settings file")
         # the scorer by its weights where both runs recorded them (a path or short name can point at new weights)
         scorer = "scorer_sha256" if old.get("scorer_sha256") and settings.get("scorer_sha256") else "scorer"
-        diff = [k for k in (*SAMPLE_DEFINING, scorer) if old.get(k) != settings.get(k)]
+        recorded = [k for k in ("dtype",) if old.get(k) and settings.get(k)]  # runs of earlier versions lack it
+        diff = [k for k in (*SAMPLE_DEFINING, scorer, *recorded) if old.get(k) != settings.get(k)]
         detail = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff]
         if old.get("fingerprint") and settings.get("fingerprint"):  # the model's weights name and adapter
             detail += fingerprint_diff(old["fingerprint"], settings["fingerprint"])

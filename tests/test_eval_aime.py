@@ -179,6 +179,17 @@ def test_refuses_samples_of_another_scorer_or_model(data, tmp_path, capsys):
     assert _run(data, base, "--limit", "1", "--adapter", str(adapter)) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "adapter: none vs LORA" in err, err
+    # samples of float32 weights are not mixed with bfloat16 ones (--dtype's default differs by device; tiny models
+    # always load in float32, so the recorded dtype is edited as a bfloat16 run would have written it)
+    from evaluation.accuracy import _check_settings
+    from foresight.errors import ForesightError
+
+    settings = json.loads((base / "settings.json").read_text())
+    assert settings["dtype"] == "float32"
+    _check_settings(base, settings)  # the same settings pass
+    with pytest.raises(ForesightError, match="dtype: 'float32' -> 'bfloat16'"):
+        _check_settings(base, {**settings, "dtype": "bfloat16"})
+    _check_settings(base, {k: v for k, v in settings.items() if k != "dtype"})  # a run that did not record it
 
 
 @pytest.mark.parametrize("rows, message", [

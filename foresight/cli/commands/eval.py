@@ -181,6 +181,7 @@ def run_aime(args) -> int:
         "max_new_tokens": args.max_new_tokens, "seed": args.seed, "template": args.template,
         "batch_size": args.batch_size, "limit": args.limit, "world_size": world,
         "fingerprint": foresight.model_fingerprint(model), "device": str(model.device),
+        "dtype": str(model.dtype).removeprefix("torch."),  # resolved: --dtype's default differs by device
     }
     summary = run_accuracy(
         model, tok, problems, args.out, policy=policy, settings=settings, samples=args.samples,
