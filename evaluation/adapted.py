@@ -111,8 +111,9 @@ def compare_adapters(a: dict, b: dict, policy: str, a_name: str, b_name: str, se
         settings[key] = (ma.get(key), mb.get(key))
     for key, (va, vb) in settings.items():
         if va != vb:
+            hint = " (two systems with different scorers: --systems)" if key in ("scorer", "scorer_sha256") else ""
             raise ForesightError(f"{a_name} and {b_name}: measured with different {key} ({va!r} vs {vb!r}); a "
-                                 "paired comparison needs the same model, traces and eviction")
+                                 f"paired comparison needs the same model, traces and eviction{hint}")
     (base_a, ad_a), (base_b, ad_b) = recs[a_name], recs[b_name]
     check_comparable(ma, base_a, mb, base_b, f"{a_name} (base)", f"{b_name} (base)")
     if not systems and not math.isclose(base_a["loss_ratio"], base_b["loss_ratio"], rel_tol=1e-4):

@@ -128,7 +128,7 @@ def test_two_systems_with_other_base_scorers_pair_their_bases_too(evals, tmp_pat
         d["base"][0].update(loss_ratio=1.18, per_trace_ratio=dict(zip(IDS, other_base)))
 
     b2 = _edit(evals[1], tmp_path / "b2.json", change)
-    _fails([str(evals[0]), str(b2)], capsys, "different scorer")  # without --systems: refused
+    _fails([str(evals[0]), str(b2)], capsys, "(two systems with different scorers: --systems)")  # and points to it
     assert _mod().main([str(evals[0]), str(b2), "--systems", "--json", str(tmp_path / "r.json")]) == 0
     res = json.loads((tmp_path / "r.json").read_text())
     assert res["base_paired"]["mean"] == pytest.approx(np.mean(np.array(BASE) - np.array(other_base)), abs=1e-12)
