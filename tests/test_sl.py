@@ -345,9 +345,9 @@ def test_feature_cache_identity_covers_the_foresight_targets(tiny_data, tmp_path
 
     import datasets
 
+    from foresight.errors import ForesightError
     from golden.labels import load_labels
     from training.sl import run_sl
-    from foresight.errors import ForesightError
     from training.sl_features import FeatureCache, trace_identity
 
     traces, labels = tiny_data
