@@ -87,8 +87,8 @@ def _check_settings(out: Path, settings: dict) -> None:
         old = read_json(path, "settings file")
         # the scorer by its weights where both runs recorded them (a path or short name can point at new weights)
         scorer = "scorer_sha256" if old.get("scorer_sha256") and settings.get("scorer_sha256") else "scorer"
-        recorded = [k for k in ("dtype",) if old.get(k) and settings.get(k)]  # runs of earlier versions lack it
-        diff = [k for k in (*SAMPLE_DEFINING, scorer, *recorded) if old.get(k) != settings.get(k)]
+        dtype = ("dtype",) if old.get("dtype") and settings.get("dtype") else ()  # runs of earlier versions lack it
+        diff = [k for k in (*SAMPLE_DEFINING, scorer, *dtype) if old.get(k) != settings.get(k)]
         detail = [f"{k}: {old.get(k)!r} -> {settings.get(k)!r}" for k in diff]
         if old.get("fingerprint") and settings.get("fingerprint"):  # the model's weights name and adapter
             detail += fingerprint_diff(old["fingerprint"], settings["fingerprint"])

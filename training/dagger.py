@@ -267,8 +267,7 @@ def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) 
     for r in range(first_open, cfg.dagger_rounds + 1):
         left = cfg.max_steps_per_run - used
         # a later round starts at step 0, so a slice too short to reach its first checkpoint would be lost work
-        if cfg.max_steps_per_run and (left <= 0 or (r > first_open and left < cfg.steps
-                                                    and not 0 < cfg.checkpoint_every <= left)):
+        if cfg.max_steps_per_run and (left <= 0 or (r > first_open and cfg.slice_stalls(left))):
             return _stop(out, dist, logger, r, used, done)
         summary = _train_round(task, base, dist, r, golden, used, logger)
         used += summary["steps"] - summary["start"]

@@ -62,7 +62,7 @@ class TrainerConfig:
                      "max_steps_per_run"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if 0 < self.max_steps_per_run < self.steps and not 0 < self.checkpoint_every <= self.max_steps_per_run:
+        if self.slice_stalls(self.max_steps_per_run):
             raise ValueError(f"max_steps_per_run={self.max_steps_per_run} stops before the next checkpoint "
                              f"(checkpoint_every={self.checkpoint_every}), so a --resume starts again from the last "
                              "one and never gets further; set checkpoint_every to at most max_steps_per_run")
@@ -79,6 +79,11 @@ class TrainerConfig:
         if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
             raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
         read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
+
+    def slice_stalls(self, slice_steps: int) -> bool:
+        """Whether a time slice of ``slice_steps`` (``max_steps_per_run``, or what is left of it) ends before the run
+        and before any checkpoint: its steps would be lost, and a ``--resume`` would start from the same place."""
+        return 0 < slice_steps < self.steps and not 0 < self.checkpoint_every <= slice_steps
 
     def to_dict(self) -> dict:
         return asdict(self)
