@@ -154,6 +154,36 @@ def test_resume_without_checkpoint_is_a_one_line_error(tiny_data, tmp_path, caps
     assert not (out / "features").exists()  # refused before any data preparation
 
 
+def _files(out: Path) -> dict[str, bytes]:
+    """Every file under ``out`` by relative path: what a refused run must leave as it was."""
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def _no_model_load(monkeypatch) -> None:
+    """A refusal must come before the model loads: loading it fails the test."""
+    import training.loop
+
+    def load_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the refusal")
+
+    monkeypatch.setattr(training.loop, "load_model", load_model)
+
+
+@pytest.mark.parametrize("every", ["4", "0"])
+def test_a_fresh_run_into_an_out_dir_with_checkpoints_is_refused(stopped, tiny_data, tmp_path, capsys,
+                                                                 monkeypatch, every):
+    """Kept, the earlier run's checkpoint (step 4) would be what a later --resume of the new run continues."""
+    from foresight.cli import main
+
+    out = _copy(stopped, tmp_path / "run")
+    before = _files(out)
+    _no_model_load(monkeypatch)
+    assert main(_cli(tiny_data, out, "steps=2", f"checkpoint_every={every}")) == 2
+    err = _one_line_error(capsys)
+    assert f"out_dir {out} holds the checkpoints of an earlier run" in err and "pass --resume" in err, err
+    assert _files(out) == before  # nothing written
+
+
 @pytest.mark.parametrize("change, key, was, now", [
     ("hidden=8", "hidden", "16", "8"),
     ("lr=0.5", "lr", "0.01", "0.5"),

@@ -92,6 +92,18 @@ def latest_step(out_dir: str | Path) -> int | None:
     return found[-1][0] if found else None
 
 
+def refuse_fresh(out_dir: str | Path) -> None:
+    """A run without ``--resume`` refuses an ``out_dir`` that holds checkpoints (``ForesightError``): kept, an
+    earlier run's checkpoints may have higher steps than this run's, and a later ``--resume`` would silently go on
+    from the earlier run."""
+    step = latest_step(out_dir)
+    if step is not None:
+        root = checkpoint_root(out_dir)
+        raise ForesightError(f"out_dir {out_dir} holds the checkpoints of an earlier run (newest: "
+                             f"{root / tag_for(step)}); pass --resume to continue it, or choose another out_dir "
+                             f"or remove {root}")
+
+
 def find_latest(out_dir: str | Path, who: str = "--resume") -> tuple[Path, dict]:
     """The newest complete checkpoint directory and its manifest; ``ForesightError`` when there is none, its
     message starting with ``who`` (the flag or tool that asked for the checkpoint)."""

@@ -230,7 +230,9 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
     as ``eval_before``.
     """
     dist = init_distributed(cfg.device)
-    if resume:  # fail fast, before the (possibly long) data preparation: no checkpoint, or other settings
+    if not resume:  # an earlier run's checkpoints left in place would be what a later --resume continues
+        ckpt.refuse_fresh(cfg.out_dir)
+    else:  # fail fast, before the (possibly long) data preparation: no checkpoint, or other settings
         path, manifest = ckpt.find_latest(cfg.out_dir)
         ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                    world_size=dist.world_size)
