@@ -229,6 +229,23 @@ def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_pat
     assert run_sl(cfg, resume=True)["finished"]
 
 
+def test_resume_with_other_traces_is_refused_before_split_json_is_written(stopped, tiny_data, tmp_path, capsys):
+    """Other traces (here one fewer: another split) are refused as `traces`, and the run's split.json, like every
+    other file of the out_dir, stays the one its checkpoints were trained on."""
+    import datasets
+
+    from foresight.cli import main
+
+    fewer = tmp_path / "fewer"
+    datasets.load_from_disk(str(tiny_data[0])).select(range(5)).save_to_disk(str(fewer))
+    out = _copy(stopped, tmp_path / "run")
+    before = _files(out)
+    assert main(["train", "sl", *[a for a in _cli(tiny_data, out, "--resume")[2:] if not a.startswith("traces=")],
+                 f"traces={fewer}"]) == 2
+    assert "differing: labels, traces" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert _files(out) == before
+
+
 def test_damaged_checkpoint_file_is_named(stopped, tiny_data, tmp_path):
     from training.sl import run_sl
 

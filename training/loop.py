@@ -241,6 +241,8 @@ def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: 
         ckpt.verify_files(path, manifest)
     torch.manual_seed(cfg.seed)
     task = make_task(dist)
+    if resume:  # every setting, the task's data included, before anything is written (split.json, metrics.jsonl)
+        check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config, task), path)
     out = Path(cfg.out_dir)
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
                            run_name=cfg.run_name, run_config=cfg.to_dict())
