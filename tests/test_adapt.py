@@ -218,10 +218,12 @@ def test_adapt_trains_resumes_like_an_uninterrupted_run_and_writes_a_peft_adapte
     torch.testing.assert_close(peft_model(input_ids=ids).logits, merged(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
 
 
-def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_resume(data, tmp_path):
+def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_resume(data, tmp_path, monkeypatch):
     """A second training cycle from a trained adapter: its step-0 evaluation is the first run's final one (same
     weights, same held-out split), its output records the adapter it started from, and a resume with another
-    starting adapter is refused; the export's model card names the adapter it started from."""
+    starting adapter is refused (before the task takes the model); the export's model card names the adapter it
+    started from."""
+    import training.adapt
     from foresight.cli import main
     from foresight.errors import ForesightError
     from foresight.fingerprint import file_sha256
@@ -237,7 +239,8 @@ def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_r
                 "heldout_full_ce_ratio"):
         assert part["eval_before"][key] == pytest.approx(first["eval"][key], rel=1e-5, abs=1e-7), key
     assert part["eval_before"]["heldout_learned_kl_adapted"] > 0  # not a fresh (zero-B) adapter: it starts trained
-    with pytest.raises(ForesightError, match="init_adapter"):
+    with monkeypatch.context() as m, pytest.raises(ForesightError, match="differing: init_adapter"):
+        m.setattr(training.adapt, "AdaptTask", None)  # refused before the task is built
         run_adapt(_cfg(data, tmp_path / "b", steps=2, lr=5e-3, init_adapter=other, checkpoint_every=1),
                   resume=True, model=fresh())
     done = run_adapt(_cfg(data, tmp_path / "b", steps=2, lr=5e-3, init_adapter=init, checkpoint_every=1),

@@ -240,10 +240,14 @@ def _metrics(out: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def test_a_slice_too_short_for_a_later_rounds_checkpoint_stops_before_it(data, tmp_path):
+def test_a_slice_too_short_for_a_later_rounds_checkpoint_stops_before_it(data, tmp_path, monkeypatch):
     """max_steps_per_run=8 with 6 steps a round and a checkpoint every 3: after round 0 two steps are left, which
     cannot reach round 1's first checkpoint; the invocation stops there instead of raising mid-run (the validated
-    round config) or doing steps that no checkpoint keeps."""
+    round config) or doing steps that no checkpoint keeps; a resume with other data is refused before the model
+    loads."""
+    import datasets
+
+    import training.loop
     from training.dagger import round_dir
     from training.sl import run_sl
 
@@ -251,6 +255,14 @@ def test_a_slice_too_short_for_a_later_rounds_checkpoint_stops_before_it(data, t
     a = run_sl(_cfg(data, tmp_path / "run", max_steps_per_run=8, **kw))
     assert not a["finished"] and a["round"] == 1 and a["steps_this_run"] == 6
     assert not (round_dir(tmp_path / "run", 1) / "checkpoints").exists()
+    # a resume with other data (one trace fewer: another split) is refused before the model loads, nothing written
+    fewer = tmp_path / "fewer"
+    datasets.load_from_disk(str(data[0])).select(range(5)).save_to_disk(str(fewer))
+    state = (tmp_path / "run" / "rounds" / "dagger.json").read_bytes()
+    with monkeypatch.context() as m, pytest.raises(ForesightError, match="differing: labels, traces"):
+        m.setattr(training.loop, "load_model", None)
+        run_sl(_cfg((fewer, data[1]), tmp_path / "run", **kw), resume=True)
+    assert (tmp_path / "run" / "rounds" / "dagger.json").read_bytes() == state
     b = run_sl(_cfg(data, tmp_path / "run", **kw), resume=True)
     assert b["finished"] and b["steps_this_run"] == 6
 

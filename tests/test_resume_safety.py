@@ -209,8 +209,9 @@ def test_resume_may_change_run_control_keys(stopped, tiny_data, tmp_path):
     assert res["start"] == 4 and res["steps"] == 6
 
 
-def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_path):
-    """Same trace ids, same path-independent settings, different label values: refused as `labels`."""
+def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_path, monkeypatch):
+    """Same trace ids, same path-independent settings, different label values: refused as `labels`, before the
+    model loads."""
     from golden.labels import load_labels, save_labels
     from training.sl import run_sl
 
@@ -221,7 +222,8 @@ def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_pat
     out = _copy(stopped, tmp_path / "run")
     cfg = _cfg((tiny_data[0], tmp_path / "other.safetensors"), out, checkpoint_every=4,
                feature_cache=str(tmp_path / "features_other"))  # the feature cache also holds the targets
-    with pytest.raises(ForesightError, match=r"differing: labels \("):
+    with monkeypatch.context() as m, pytest.raises(ForesightError, match=r"differing: labels \("):
+        _no_model_load(m)
         run_sl(cfg, resume=True)
     # a moved copy of the same labels is fine: identity is by content, not by path
     save_labels(tmp_path / "same.safetensors", list(load_labels(tiny_data[1]).values()))
@@ -229,20 +231,23 @@ def test_resume_with_other_labels_content_is_refused(stopped, tiny_data, tmp_pat
     assert run_sl(cfg, resume=True)["finished"]
 
 
-def test_resume_with_other_traces_is_refused_before_split_json_is_written(stopped, tiny_data, tmp_path, capsys):
-    """Other traces (here one fewer: another split) are refused as `traces`, and the run's split.json, like every
-    other file of the out_dir, stays the one its checkpoints were trained on."""
+def test_resume_with_other_traces_is_refused_before_split_json_is_written(stopped, tiny_data, tmp_path, capsys,
+                                                                          monkeypatch):
+    """Other traces (here one fewer: another split) are refused as `traces` before the model loads, and the run's
+    split.json, like every other file of the out_dir, stays the one its checkpoints were trained on."""
     import datasets
 
     from foresight.cli import main
 
     fewer = tmp_path / "fewer"
     datasets.load_from_disk(str(tiny_data[0])).select(range(5)).save_to_disk(str(fewer))
+    capsys.readouterr()
     out = _copy(stopped, tmp_path / "run")
     before = _files(out)
+    _no_model_load(monkeypatch)
     assert main(["train", "sl", *[a for a in _cli(tiny_data, out, "--resume")[2:] if not a.startswith("traces=")],
                  f"traces={fewer}"]) == 2
-    assert "differing: labels, traces" in capsys.readouterr().err.strip().splitlines()[-1]
+    assert "differing: labels, traces" in _one_line_error(capsys)
     assert _files(out) == before
 
 
@@ -401,9 +406,11 @@ def test_two_rank_zero2_resume_equals_uninterrupted(tiny_data, tmp_path):
 
 
 
-def test_grpo_resume_refuses_another_init_scorer_or_temperature(tiny_grpo, tmp_path):
+def test_grpo_resume_refuses_another_init_scorer_or_temperature(tiny_grpo, tmp_path, monkeypatch):
+    """Refused before the task (the model's part: scorers loaded onto it, rollouts) is built."""
     import shutil
 
+    import training.grpo
     from foresight.scorer import Scorer
     from tests.conftest import get_model
     from tests.test_grpo_train import _cfg as grpo_cfg
@@ -414,6 +421,11 @@ def test_grpo_resume_refuses_another_init_scorer_or_temperature(tiny_grpo, tmp_p
     model, _ = get_model("tiny-llama")
     out = tmp_path / "run"
     run_grpo(grpo_cfg(root, out, checkpoint_every=2, max_steps_per_run=2, eval_before=False), model=model)
+
+    def no_task(*args, **kwargs):
+        raise AssertionError("the task was built before the refusal")
+
+    monkeypatch.setattr(training.grpo, "GRPOTask", no_task)
     with pytest.raises(ForesightError, match=r"temperature=1\.0, this run asks temperature=0\.5; differing: temper"):
         run_grpo(grpo_cfg(root, out, checkpoint_every=2, temperature=0.5), resume=True, model=model)
     sc = Scorer.from_pretrained(root / "scorer")

@@ -201,23 +201,31 @@ def _extends(cfg, saved: dict) -> int | None:
     return old
 
 
-def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> None:
-    """Check (resume) or record (fresh run: previous rounds removed) the run's settings; ``complete=False``
-    compares only the keys of ``settings`` (the early check, before the data is loaded). A resume of a finished
-    run with a larger ``dagger_rounds`` extends it (:func:`_extends`): once the complete check passes, the recorded
-    settings take the new count and the old final ``scorer/`` and ``summary.json`` are removed (the old last
-    round's scorer stays under ``rounds/``)."""
+def _check(cfg, settings: dict, complete: bool = True) -> tuple[dict, int | None]:
+    """Refuse a resume whose settings differ from those ``rounds/dagger.json`` records (``complete=False``: only the
+    keys of ``settings``, the check before the data loads); returns the recorded state and, when this resume
+    extends a finished run (:func:`_extends`), its old ``dagger_rounds``."""
+    state = Path(cfg.out_dir) / ROUNDS / STATE
+    if not state.is_file():
+        raise ForesightError(f"--resume: no DAgger run under {cfg.out_dir} ({state} missing); start without "
+                             "--resume")
+    saved = json.loads(state.read_text())
+    old = _extends(cfg, saved.get("settings", {}))
+    check_settings(saved.get("settings", {}), settings if old is None else {**settings, "dagger_rounds": old},
+                   state, complete=complete)
+    return saved, old
+
+
+def _start(cfg, dist, resume: bool, settings: dict) -> None:
+    """Check (resume) or record (fresh run: previous rounds removed) the run's settings. A resume of a finished run
+    with a larger ``dagger_rounds`` extends it (:func:`_extends`): the recorded settings take the new count and
+    the old final ``scorer/`` and ``summary.json`` are removed (the old last round's scorer stays under
+    ``rounds/``)."""
     out = Path(cfg.out_dir)
     state = out / ROUNDS / STATE
     if resume:
-        if not state.is_file():
-            raise ForesightError(f"--resume: no DAgger run under {cfg.out_dir} ({state} missing); start without "
-                                 "--resume")
-        saved = json.loads(state.read_text())
-        old = _extends(cfg, saved.get("settings", {}))
-        check_settings(saved.get("settings", {}), settings if old is None else {**settings, "dagger_rounds": old},
-                       state, complete=complete)
-        if old is not None and complete and dist.is_main:
+        saved, old = _check(cfg, settings)
+        if old is not None and dist.is_main:
             extended = saved.get("extended", []) + [{"from": old, "to": cfg.dagger_rounds}]
             _write_json(state, {**saved, "settings": plain(settings), "extended": extended})
             shutil.rmtree(out / "scorer", ignore_errors=True)
@@ -230,25 +238,31 @@ def _start(cfg, dist, resume: bool, settings: dict, complete: bool = True) -> No
         _write_json(state, {"format": STATE_FORMAT, "settings": plain(settings)})
 
 
-def run_dagger(cfg, make_task: Callable[[Any, Any], Any], resume: bool = False) -> dict[str, Any]:
+def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, Any, Any], Any],
+               resume: bool = False) -> dict[str, Any]:
     """Distillation followed by ``cfg.dagger_rounds`` on-policy rounds; see the module docstring.
 
-    ``cfg`` is the :class:`~training.sl.SLConfig`; ``make_task(dist, cfg)`` builds the
-    :class:`~training.sl.SLTask` (round 0's data, split, labels, frozen model; ``init_scorer()`` builds a fresh
-    scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so this module sits below it."""
+    ``cfg`` is the :class:`~training.sl.SLConfig`; ``load_data(cfg)`` loads the split and labels without the model
+    (:class:`~training.sl.SLData`: a resume is checked against its digests before the model loads);
+    ``make_task(dist, cfg, data)`` builds the :class:`~training.sl.SLTask` on it (round 0's rows, frozen model;
+    ``init_scorer()`` builds a fresh scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so
+    this module sits below it."""
     dist = init_distributed(cfg.device)
     out = Path(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                world_size=dist.world_size)
     if resume:  # fail fast, before the data preparation
-        _start(cfg, dist, True, resume_settings(cfg, dist.world_size, ds_config), complete=False)
-    torch.manual_seed(cfg.seed)
-    base = replace(cfg, feature_cache=cfg.feature_cache or str(out / "features"))
-    task = make_task(dist, base)
-    for row in task.train_rows:  # labels without per-position α (format /2): refuse now, not after round 0
-        lab = task.labels[row["trace_id"]]
+        _check(cfg, resume_settings(cfg, dist.world_size, ds_config), complete=False)
+    data = load_data(cfg)
+    if resume:  # the data's digests too, before the model loads
+        _check(cfg, resume_settings(cfg, dist.world_size, ds_config, data))
+    for row in data.train_rows:  # labels without per-position α (format /2): refuse now, not after round 0
+        lab = data.labels[row["trace_id"]]
         if lab.foresight is None and not lab.foresight_file:
             lab.load_foresight()  # raises the one-line request to regenerate them
+    torch.manual_seed(cfg.seed)
+    base = replace(cfg, feature_cache=cfg.feature_cache or str(out / "features"))
+    task = make_task(dist, base, data)
     # rows of every round still to record fit on the disk (a fresh run removes the old ones): before writing anything
     check_disk(task, base, range(1, cfg.dagger_rounds + 1), reuse=resume)
     _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))

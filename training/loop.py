@@ -1,7 +1,7 @@
-"""The training loop shared by every trainer (SL distillation now, GRPO next).
+"""The training loop shared by every trainer (SL distillation, GRPO, adapt).
 
-A trainer supplies a :class:`Task` (how to compute this rank's loss for a step, and how to evaluate); the loop
-owns everything else, once:
+A trainer supplies a :class:`TaskData` (its split, loaded before the model) and a :class:`Task` on it (how to
+compute this rank's loss for a step, and how to evaluate); the loop owns everything else, once:
 
 * the DeepSpeed engine (:mod:`training.distributed`) around a ``torch.optim.Adam`` with a linear-warmup +
   cosine LR schedule, gradient clipping by DeepSpeed;
@@ -11,7 +11,8 @@ owns everything else, once:
   run sees exactly the batches of an uninterrupted one;
 * checkpoints every ``checkpoint_every`` steps and ``resume`` (:mod:`training.checkpoint`: safetensors + JSON,
   atomic, never unpickled); a resume refuses when a setting that defines the training differs
-  (:func:`resume_settings`) and cuts ``metrics.jsonl`` back to the checkpoint's step;
+  (:func:`resume_settings`, checked by :func:`check_out_dir` before the model loads) and cuts ``metrics.jsonl``
+  back to the checkpoint's step; a fresh run refuses an ``out_dir`` that holds checkpoints;
 * metrics to a local JSONL and optionally wandb (:mod:`training.logging`).
 """
 
@@ -79,6 +80,17 @@ class Task(Protocol):
 
     # Optional: ``artefact`` (the name of what the run leaves in out_dir, default "scorer") and
     # ``save_artefact(path)`` (default: ``module.save_pretrained(path)``), see :func:`save_artefact`.
+
+
+class TaskData(Protocol):
+    """What a trainer loads before its model (:func:`run_task`), so that a ``--resume`` whose data differs is refused
+    before the model loads: the split and the content digests of the data."""
+
+    train_rows: list[dict]
+    val_rows: list[dict]
+
+    def resume_identity(self) -> dict:
+        """Content digests of the split's traces and of the files the training starts from."""
 
 
 def _grads_finite(module: torch.nn.Module) -> bool:
@@ -219,30 +231,43 @@ def evaluate_before(cfg: TrainerConfig, resume: bool, name: str = "") -> Callabl
     return hook
 
 
-def run_task(cfg: TrainerConfig, make_task: Callable[[DistInfo], Task], resume: bool = False,
+def check_out_dir(cfg: TrainerConfig, dist: DistInfo, resume: bool, data: TaskData | None = None) -> None:
+    """Refuse (``ForesightError``) a run that ``out_dir`` does not fit, before anything is loaded or written: a fresh
+    run where an earlier run's checkpoints are (a later ``--resume`` would continue them), a resume without a
+    checkpoint, with other settings or with damaged files. Without ``data`` the settings of the config alone are
+    compared (before the data loads); with it every setting, the data's content digests included."""
+    if not resume:
+        ckpt.refuse_fresh(cfg.out_dir)
+        return
+    path, manifest = ckpt.find_latest(cfg.out_dir)
+    ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
+                               world_size=dist.world_size)
+    check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config, data), path,
+                   complete=data is not None)
+    if data is None:
+        ckpt.verify_files(path, manifest)
+
+
+def run_task(cfg: TrainerConfig, load_data: Callable[[TrainerConfig], TaskData],
+             make_task: Callable[[DistInfo, TaskData], Task], resume: bool = False,
              describe: Callable[[Task], str] | None = None,
              before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:
-    """The shared life cycle of a trainer run (SL, GRPO): set up ranks and logging, write ``split.json``,
-    :func:`train` (which saves the final scorer before the final evaluation) and ``summary.json`` on rank 0.
+    """The shared life cycle of a trainer run (SL, GRPO, adapt): check ``out_dir`` against the run
+    (:func:`check_out_dir`: the config first, the data once loaded, both before the model loads), set up ranks and
+    logging, write ``split.json``, :func:`train` (which saves the final scorer before the final evaluation) and
+    ``summary.json`` on rank 0.
 
-    ``make_task(dist)`` builds the task (with ``train_rows``/``val_rows``); ``describe(task)`` is printed once;
-    ``before_train(task, logger)`` may evaluate the initial model (rank 0) and returns what goes into the summary
-    as ``eval_before``.
+    ``load_data(cfg)`` loads the split without the model; ``make_task(dist, data)`` builds the task on it (with
+    ``train_rows``/``val_rows``); ``describe(task)`` is printed once; ``before_train(task, logger)`` may evaluate the
+    initial model (rank 0) and returns what goes into the summary as ``eval_before``.
     """
     dist = init_distributed(cfg.device)
-    if not resume:  # an earlier run's checkpoints left in place would be what a later --resume continues
-        ckpt.refuse_fresh(cfg.out_dir)
-    else:  # fail fast, before the (possibly long) data preparation: no checkpoint, or other settings
-        path, manifest = ckpt.find_latest(cfg.out_dir)
-        ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
-                                   world_size=dist.world_size)
-        check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config), path,
-                       complete=False)
-        ckpt.verify_files(path, manifest)
+    check_out_dir(cfg, dist, resume)  # fail fast, before the (possibly long) data preparation
+    data = load_data(cfg)
+    if resume:  # the data's digests too: a refused resume loads no model and writes nothing
+        check_out_dir(cfg, dist, resume, data)
     torch.manual_seed(cfg.seed)
-    task = make_task(dist)
-    if resume:  # every setting, the task's data included, before anything is written (split.json, metrics.jsonl)
-        check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config, task), path)
+    task = make_task(dist, data)
     out = Path(cfg.out_dir)
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
                            run_name=cfg.run_name, run_config=cfg.to_dict())

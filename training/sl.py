@@ -59,14 +59,49 @@ def normalizer_sample(num_events: int, seed: int, size: int | None = None) -> to
     return torch.randperm(num_events, generator=gen)[: min(size, num_events)].sort().values
 
 
-class SLTask:
-    """The :class:`training.loop.Task` of distillation: events with cached features, hinge loss, metrics."""
+class SLData:
+    """What distillation trains and validates on, loaded before the model (:class:`training.loop.TaskData`): the
+    traces that have labels, their token ids checked against the labels, sorted by id, cut to ``max_traces`` and
+    split by problem."""
 
-    def __init__(self, cfg: SLConfig, dist, model=None):
+    def __init__(self, cfg: SLConfig):
+        ds = load_traces(cfg.traces)
+        labels = {}
+        for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
+            labels.update(load_labels(path, complete=True))  # not the traces labelled so far
+        rows = [r for r in ds if r["trace_id"] in labels]
+        if not rows:
+            raise ForesightError(f"no trace of {cfg.traces} has labels in {cfg.labels}")
+        check_label_tokens(labels, ((r["trace_id"], r["input_ids"]) for r in rows))  # same ids, same tokens
+        rows.sort(key=lambda r: r["trace_id"])
+        if cfg.max_traces:
+            rows = rows[: cfg.max_traces]
+        held = split_problems([r["problem_id"] for r in rows], cfg.heldout, cfg.split_seed)
+        self.train_rows = [r for r in rows if r["problem_id"] not in held]
+        self.val_rows = [r for r in rows if r["problem_id"] in held]
+        self.labels = labels
+
+    def resume_identity(self) -> dict:
+        """Content digests of the split's traces and of their labels (a resume must use the same data)."""
+        ids = [r["trace_id"] for r in self.train_rows + self.val_rows]
+        labels = digest(x for t in ids for ev in self.labels[t].events
+                        for x in (t, ev.end, ev.candidates, ev.alpha, ev.evicted))
+        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}", "labels": labels}
+
+
+class SLTask:
+    """The :class:`training.loop.Task` of distillation: events with cached features, hinge loss, metrics.
+
+    ``data`` (:class:`SLData`, loaded here when not given) is checked against the model: labels made for it at
+    this B and W."""
+
+    def __init__(self, cfg: SLConfig, dist, model=None, data: SLData | None = None):
         self.cfg, self.dist = cfg, dist
+        self.data = data = data if data is not None else SLData(cfg)
+        self.train_rows, self.val_rows, self.labels = data.train_rows, data.val_rows, data.labels
         self.model = model = task_model(cfg, dist, model)
+        check_labels_match(self.labels, model, cfg.budget, cfg.interval)
         fp = model_fingerprint(model)
-        self._load_split()
         self.scorer_config = ScorerConfig(
             fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
             hidden=cfg.hidden, decay=cfg.decay,
@@ -91,26 +126,6 @@ class SLTask:
         self.init_scorer()
         self.baselines = self._baseline_metrics() if dist.is_main else {}
 
-    def _load_split(self) -> None:
-        """Traces with labels (checked against this model, B, W and the traces' tokens), split by problem."""
-        cfg = self.cfg
-        ds = load_traces(cfg.traces)
-        labels = {}
-        for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
-            labels.update(load_labels(path, complete=True))  # not the traces labelled so far
-        check_labels_match(labels, self.model, cfg.budget, cfg.interval)
-        rows = [r for r in ds if r["trace_id"] in labels]
-        if not rows:
-            raise ForesightError(f"no trace of {cfg.traces} has labels in {cfg.labels}")
-        check_label_tokens(labels, ((r["trace_id"], r["input_ids"]) for r in rows))  # same ids, same tokens
-        rows.sort(key=lambda r: r["trace_id"])
-        if cfg.max_traces:
-            rows = rows[: cfg.max_traces]
-        held = split_problems([r["problem_id"] for r in rows], cfg.heldout, cfg.split_seed)
-        self.train_rows = [r for r in rows if r["problem_id"] not in held]
-        self.val_rows = [r for r in rows if r["problem_id"] in held]
-        self.labels = labels
-
     def init_scorer(self) -> None:
         """A fresh scorer (seeded) standardised on ``self.train`` (DAgger calls it again on aggregated rows)."""
         self.module = Scorer(self.scorer_config, seed=self.cfg.seed)
@@ -125,11 +140,7 @@ class SLTask:
         return int(self.train["features"].shape[0])
 
     def resume_identity(self) -> dict:
-        """Content digests of the split's traces and of their labels (a resume must use the same data)."""
-        ids = [r["trace_id"] for r in self.train_rows + self.val_rows]
-        labels = digest(x for t in ids for ev in self.labels[t].events
-                        for x in (t, ev.end, ev.candidates, ev.alpha, ev.evicted))
-        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}", "labels": labels}
+        return self.data.resume_identity()
 
     def loss(self, model, items: list[int], step: int):
         idx = torch.tensor(items)
@@ -188,10 +199,11 @@ def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
     ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`)."""
     if cfg.dagger_rounds:
-        return run_dagger(cfg, lambda dist, c: SLTask(c, dist, model=model), resume=resume)
+        return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
+                          resume=resume)
 
     return run_task(
-        cfg, lambda dist: SLTask(cfg, dist, model=model), resume=resume,
+        cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
         describe=lambda task: (f"{len(task.train_rows)} train traces ({task.num_items()} events), "
                                f"{len(task.val_rows)} held-out traces; scorer input dim "
                                f"{task.scorer_config.input_dim}"),
