@@ -295,6 +295,22 @@ def _add_notes(prov: dict, notes: dict[str, str] | None) -> None:
         prov[key] = text
 
 
+def _stamp_export(prov: dict, scorer_dir: Path) -> None:
+    """Record this export in ``prov``: when, with which version and commit. A re-export (of an earlier export's
+    directory) records its own commit beside its own time; the earlier export's commit is kept as
+    ``first_export_git_commit`` (the first one's, when there were several), and ``exported_from`` stays the
+    directory the scorer was trained into."""
+    prov.setdefault("exported_from", str(scorer_dir.resolve()))
+    prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    prov["foresightkv_version"] = __version__
+    earlier = prov.pop("export_git_commit", None)
+    if earlier:
+        prov.setdefault("first_export_git_commit", earlier)
+    commit = _git_commit()
+    if commit:  # without one, no commit is claimed for this export (an earlier one's would be wrong)
+        prov["export_git_commit"] = commit
+
+
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
                   atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
                   temperature: float | None = None, notes: dict[str, str] | None = None) -> dict:
@@ -322,12 +338,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
     _add_notes(prov, notes)
-    prov.setdefault("exported_from", str(scorer_dir.resolve()))
-    prov["exported_at"] = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    prov["foresightkv_version"] = __version__
-    commit = _git_commit()
-    if commit:
-        prov.setdefault("export_git_commit", commit)
+    _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov
     fid = find_fidelity(src, scorer_dir, fidelity)  # read before anything is written
     adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None

@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from evaluation.fidelity_journal import FidelityJournal, tokens_digest, weights_digest
+from evaluation.fidelity_journal import FidelityJournal, policy_digest, tokens_digest
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
@@ -246,7 +246,7 @@ def evaluate_fidelity(
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
             "batch_size": batch_size, "ref_dtype": str(ref_dtype),
-            "plan": [[name, b, _jsonable(pol.config()), weights_digest(pol)] for name, b, pol in plan]})
+            "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]})
     device = model.device
     pad = 0
 

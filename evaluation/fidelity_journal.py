@@ -3,9 +3,9 @@ its per-trace sums to a JSON-lines journal, so a killed evaluation resumes at th
 with exactly the numbers of an uninterrupted run (the same sums, added in the same order).
 
 The first line names what the sums belong to: the model's fingerprint, a digest of the very token ids and trace
-ids, every (policy, budget) with its settings and, for a scorer, a digest of its weights, W, sinks, the batch
-size and the reference dtype. A journal of anything else is refused in one line, never mixed in; a last line cut
-short by a crash is dropped and that batch is replayed.
+ids, every (policy, budget) with its settings and a digest of what it learned or replays (a scorer's weights,
+golden's labels), W, sinks, the batch size and the reference dtype. A journal of anything else is refused in one
+line, never mixed in; a last line cut short by a crash is dropped and that batch is replayed.
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ def weights_digest(policy) -> str | None:
         h.update(name.encode())
         h.update(tensor.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def policy_digest(policy) -> str | None:
+    """What identifies a policy beyond its ``config()``: its scorer's weights (:func:`weights_digest`), or the
+    content of what it replays (``content_digest()``, e.g. the golden policy's labels); ``None`` for neither."""
+    content = getattr(policy, "content_digest", None)
+    return content() if callable(content) else weights_digest(policy)
 
 
 def _normal(obj) -> object:
@@ -101,4 +108,4 @@ class FidelityJournal:
         self.path.unlink(missing_ok=True)
 
 
-__all__ = ["FORMAT", "FidelityJournal", "tokens_digest", "weights_digest"]
+__all__ = ["FORMAT", "FidelityJournal", "policy_digest", "tokens_digest", "weights_digest"]

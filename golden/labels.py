@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.models import model_fingerprint
-from golden.sharding import check_shard, read_plan, shard_path
+from golden.sharding import check_shard, read_plan, recorded_digest, shard_path
 
 FORMAT = "foresight-golden-labels/3"
 #: Readable formats without the per-position foresight values (DAgger refuses them, nothing else needs them).
@@ -272,6 +272,32 @@ def check_label_tokens(labels: Mapping[str, TraceLabels], traces: Iterable[tuple
                 f"(token hash {lab.token_hash[:12]}… vs {got[:12]}…): the labels belong to other traces with the "
                 "same ids; label these traces with `foresight golden`"
             )
+
+
+def labels_digest(labels: Mapping[str, TraceLabels]) -> str:
+    """SHA-256 identifying a set of labels by content, so that labels re-made for the same traces (another model
+    or adapter, other settings) never pass for these: per trace (in id order) its id, B, W, fingerprint, token
+    hash and the digest of its events. A trace read from a ``foresight golden`` shard takes its shard's recorded
+    digest (:func:`golden.sharding.recorded_digest`: nothing is read again); others hash their event tensors."""
+    h, shards = hashlib.sha256(), {}
+    for tid in sorted(labels):
+        lab = labels[tid]
+        if lab.source and lab.source not in shards:
+            shards[lab.source] = recorded_digest(lab.source)
+        content = (lab.source and shards[lab.source]) or _events_digest(lab)
+        h.update(json.dumps([tid, lab.budget, lab.interval, lab.fingerprint, lab.token_hash, content],
+                            sort_keys=True, default=str).encode())
+    return h.hexdigest()
+
+
+def _events_digest(label: TraceLabels) -> str:
+    h = hashlib.sha256()
+    for ev in label.events:
+        h.update(str(int(ev.end)).encode())
+        for t in (ev.candidates, ev.alpha, ev.evicted):
+            h.update(str(tuple(t.shape)).encode())
+            h.update(t.detach().to("cpu", torch.float64).contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _as_list(labels) -> list[TraceLabels]:

@@ -19,7 +19,7 @@ from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.policies.base import EvictionPolicy
 from foresight.policies.registry import register_policy
-from golden.labels import LabelMismatchError, TraceLabels, check_label_tokens, load_labels
+from golden.labels import LabelMismatchError, TraceLabels, check_label_tokens, labels_digest, load_labels
 
 
 @register_policy
@@ -39,6 +39,7 @@ class GoldenPolicy(EvictionPolicy):
     replay_only = True
     labels: Any = None
     _by_id: dict = field(default_factory=dict, init=False, repr=False)
+    _digest: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         labels = self.labels
@@ -57,6 +58,13 @@ class GoldenPolicy(EvictionPolicy):
 
     def config(self) -> dict:
         return {"labels": f"<{len(self._by_id)} traces>"}
+
+    def content_digest(self) -> str:
+        """What identifies the labels beyond ``config()`` (:func:`golden.labels.labels_digest`): a resumable
+        evaluation keys its journal on it, so labels re-made for the same traces are never mixed in."""
+        if self._digest is None:
+            self._digest = labels_digest(self._by_id)
+        return self._digest
 
     def check_cache(self, budget, interval):
         if {(budget, interval)} != self._settings:

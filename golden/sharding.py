@@ -15,6 +15,7 @@ in plan order, so the result does not depend on the number of ranks.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -177,6 +178,23 @@ def shard_problem(out_dir: str | Path, name: str, digests: bool = True) -> str |
         if digests and w.get("sha256") != g["sha256"]:
             return f"file {rel} changed since it was written (SHA-256 differs)"
     return None
+
+
+def recorded_digest(final: str | Path) -> str | None:
+    """SHA-256 of the per-file SHA-256s that shard ``final`` (``<out>/shards/<name>``) recorded in its manifest
+    when it was written: its content's identity without reading it again. None for a path outside a shards
+    directory, or a shard without a manifest that records every file's digest."""
+    final = Path(final)
+    if final.parent.name != SHARDS_DIR:
+        return None
+    try:
+        files = json.loads(_manifest_path(final).read_text())["files"]
+        digests = {rel: entry["sha256"] for rel, entry in files.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not digests or not all(isinstance(d, str) and d for d in digests.values()):
+        return None
+    return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
 
 
 def check_shard(out_dir: str | Path, name: str, fix: str) -> bool:

@@ -188,6 +188,62 @@ def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path,
         evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
 
 
+def _golden_dir(path, labels: dict, alpha_scale: float = 1.0):
+    """A `foresight golden` output directory (plan, shards, manifests) holding ``labels``, alphas scaled."""
+    from golden.labels import EventLabel, TraceLabels, save_labels
+    from golden.sharding import atomic_output, ensure_plan, shard_path
+
+    ids = sorted(labels)
+    units = [{"shard": f"labels-{u:05d}.safetensors", "trace_ids": ids[i : i + 2]}
+             for u, i in enumerate(range(0, len(ids), 2))]
+    ensure_plan(path, {"kind": "foresight-golden", "units": units}, "golden labels", ())
+    for unit in units:
+        with atomic_output(shard_path(path, unit["shard"])) as tmp:
+            save_labels(tmp, [TraceLabels(t, labels[t].budget, labels[t].interval, labels[t].fingerprint,
+                                          [EventLabel(e.end, e.candidates, e.alpha * alpha_scale, e.evicted)
+                                           for e in labels[t].events], labels[t].token_hash) for t in unit["trace_ids"]])
+    return path
+
+
+@pytest.mark.parametrize("where", ["directories", "in memory"])
+def test_a_journal_of_other_golden_labels_is_refused(copy_model, copy_traces, tmp_path, monkeypatch, where):
+    """Golden labels re-made for the same traces (another alpha, model adapter, ...) have the same trace ids and
+    count, so the journal's plan once read the same for both: labels B resumed labels A's journal and mixed
+    their sums. The labels' content digest (a shard's recorded digest, else the event tensors) now tells them
+    apart."""
+    import golden.labels
+    from golden.labels import labels_digest, load_labels
+    from golden.oracle import label_trace
+
+    ids = [f"t{i}" for i in range(len(copy_traces))]
+    made = {i: label_trace(copy_model, torch.tensor([s]), 12, 4, trace_id=i) for i, s in zip(ids, copy_traces)}
+    a, b = _golden_dir(tmp_path / "a", made), _golden_dir(tmp_path / "b", made, alpha_scale=0.5)
+    if where == "in memory":
+        a, b = load_labels(a), load_labels(b)
+        for labs in (a, b):
+            for lab in labs.values():
+                lab.source = None
+    else:
+        with monkeypatch.context() as m:  # a shard's recorded digest: its labels are not hashed again
+            m.setattr(golden.labels, "_events_digest", lambda lab: pytest.fail("re-hashed a recorded shard"))
+            assert labels_digest(load_labels(a)) != labels_digest(load_labels(b))
+    journal = tmp_path / "j.jsonl"
+
+    def run(labels):
+        return evaluate_fidelity(copy_model, copy_traces, ["golden"], [12], 4, trace_ids=ids, journal=journal,
+                                 policy_kwargs={"golden": {"labels": labels}})
+
+    with monkeypatch.context() as m:
+        _crash_after(m, 2)  # full + golden per batch: batch 0 finishes
+        with pytest.raises(KeyboardInterrupt):
+            run(a)
+    before = journal.read_text()
+    with pytest.raises(ForesightError, match="plan differs"):
+        run(b)
+    assert journal.read_text() == before
+    run(a)  # the same labels resume
+
+
 def test_short_traces_give_no_tokens(tiny_llama):
     model, _ = tiny_llama
     rec = evaluate_fidelity(model, [[5] * 20], ["random"], [16], 8)[0]

@@ -134,6 +134,26 @@ def test_export_records_temperature_and_notes(scorer_dir, tmp_path, capsys):
     assert (again / "model.safetensors").read_bytes() == (out / "model.safetensors").read_bytes()
 
 
+def test_a_re_export_records_its_own_commit(scorer_dir, tmp_path, monkeypatch):
+    """A re-export (of an earlier export, e.g. to replace a temperature) kept the first export's commit beside its
+    own time; it records its own commit, the earlier one as first_export_git_commit, and none it cannot tell."""
+    import evaluation.export as export
+    from foresight.scorer import Scorer
+
+    def export_with(commit, src, out):
+        monkeypatch.setattr(export, "_git_commit", lambda: commit)
+        assert main(["export", str(src), "--out", str(out)]) == 0
+        return Scorer.from_pretrained(out).config.provenance
+
+    first = export_with("a" * 40, scorer_dir, tmp_path / "first")
+    assert first["export_git_commit"] == "a" * 40 and "first_export_git_commit" not in first
+    again = export_with("b" * 40, tmp_path / "first", tmp_path / "again")
+    assert again["export_git_commit"] == "b" * 40 and again["first_export_git_commit"] == "a" * 40
+    assert again["exported_at"] >= first["exported_at"] and again["exported_from"] == first["exported_from"]
+    third = export_with(None, tmp_path / "again", tmp_path / "third")  # no git here: no commit is claimed
+    assert "export_git_commit" not in third and third["first_export_git_commit"] == "a" * 40
+
+
 @pytest.mark.parametrize("args, message", [
     (["--temperature", "0"], "--temperature 0.0: temperature must be a finite number > 0"),
     (["--temperature", "nan"], "`temperature` must be a finite number or null, got nan"),
