@@ -40,6 +40,9 @@ def test_demo_fast_on_tiny_model(tmp_path):
     out = tmp_path / "demo"
     assert main(["demo", "--fast", "--model", "tiny-llama", "--out", str(out)]) == 0
     _check_outputs(out)
+    # a rerun into the same directory trains afresh instead of meeting the first run's checkpoints
+    assert main(["demo", "--fast", "--model", "tiny-llama", "--out", str(out)]) == 0
+    _check_outputs(out)
 
 
 @pytest.mark.slow

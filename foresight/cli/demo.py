@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -115,6 +116,8 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     t0 = _stage(3, f"distilling the scorer ({cfg.sl_steps} steps), then GRPO ({cfg.grpo_steps} steps, "
                    f"G={cfg.grpo_group})")
+    for stage in ("sl", "grpo"):  # a rerun trains afresh (an earlier run's checkpoints would refuse a fresh run)
+        shutil.rmtree(out / stage, ignore_errors=True)
     common = dict(model=cfg.model, traces=str(traces_dir), budget=cfg.budget, interval=cfg.interval,
                   heldout=cfg.heldout, split_seed=cfg.seed, seed=cfg.seed, report_to="none")
     sl = run_sl(SLConfig(out_dir=str(out / "sl"), labels=str(golden_root / f"B{cfg.budget}_W{cfg.interval}"),
