@@ -193,6 +193,11 @@ CASES = [
     ("bench-scorer-twice", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--policies", "learned",
                                       "--scorer", str(p["scorer"]), "--policy-arg", f"learned.scorer={p['scorer']}"],
      "learned.scorer"),
+    # --scorer / --golden while their policy is not in play: ignored, yet recorded with the results
+    ("bench-scorer-unused", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--policies", "h2o",
+                                       "--scorer", str(p["scorer"])], "--scorer"),
+    ("fidelity-golden-unused", lambda p: _fid(p, "--policies", "full,h2o", "--golden", str(p["labels"])), "--golden"),
+    ("aime-scorer-unused", lambda p: _aime(p, "--scorer", str(p["scorer"])), "--scorer"),
     ("bench-budget-abc", lambda p: ["bench", *TINY, "--budget", "abc", "--interval", "4"], "'abc'"),
     ("export-fidelity-dict", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
                                         "--fidelity", str(p["fid_dict.json"])], "fid_dict.json"),
