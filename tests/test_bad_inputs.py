@@ -316,6 +316,27 @@ def _label_content(labels: Path) -> dict:
     return out
 
 
+@pytest.mark.parametrize("argv", [
+    lambda p, out: ["bench", *TINY, "--budget", "16", "--interval", "4", "--new-tokens", "4", "--repeats", "1",
+                    "--out", out],
+    lambda p, out: _trace(p, out=out),
+    lambda p, out: ["golden", *TINY, "--traces", str(p["traces"]), "--out", out, "--budget", "16", "--interval", "4"],
+], ids=["bench", "trace", "golden"])
+def test_an_out_that_is_a_file_is_refused_before_the_model_loads(inputs, tmp_path, capsys, monkeypatch, argv):
+    import foresight
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before --out was checked")
+
+    monkeypatch.setattr(foresight, "load_model", no_load)
+    out = tmp_path / "results.json"
+    out.write_text("{}\n")
+    assert main(argv({**inputs, "out": tmp_path}, str(out))) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {out}: exists and is not a directory" in err, err
+    assert out.read_text() == "{}\n"
+
+
 def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_path, capsys):
     from golden.labels import load_labels
     from golden.traces import load_traces
