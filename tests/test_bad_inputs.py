@@ -133,6 +133,8 @@ CASES = [
     # trace
     ("trace-data-dir", lambda p: _trace(p, "--data", str(p["a_dir"])), "a_dir"),
     ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("trace-split-builtin", lambda p: _trace(p, "--split", "train"), "--split train"),  # would be ignored
+    ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
     ("trace-negative-limit", lambda p: _trace(p, "--limit", "-2"), "--limit"),
     ("trace-top-p", lambda p: _trace(p, "--top-p", "7"), "--top-p"),
     ("trace-temperature-inf", lambda p: _trace(p, "--temperature", "inf"), "--temperature"),
