@@ -120,6 +120,7 @@ CASES = [
     ("generate-device", lambda p: _gen(p, "--device", "tpu9"), "tpu9"),
     ("generate-top-p-greedy", lambda p: _gen(p, "--top-p", "0.5"), "--top-p 0.5"),  # ignored by greedy decoding
     ("generate-top-k-greedy", lambda p: _gen(p, "--temperature", "0", "--top-k", "5"), "--top-k 5"),
+    ("generate-budget-full", lambda p: _gen(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
     ("generate-max-new-tokens", lambda p: _gen(p, "--max-new-tokens", "0"), "--max-new-tokens"),
     ("generate-dtype", lambda p: _gen(p, "--dtype", "float64"), "'float64'"),
     ("generate-policy-config-list", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",

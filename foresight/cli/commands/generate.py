@@ -38,6 +38,11 @@ def run(args) -> int:
     policy = make_policy(args.policy, **policy_kwargs(args)[args.policy])  # validate before loading the model
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
+                                             ("--sinks", args.sinks or None)) if v is not None]
+    if not policy.evicts and unused:  # the full cache would be kept, yet the stats would print the budget
+        raise ForesightError(f"{' '.join(unused)}: policy {args.policy!r} never evicts, so the cache settings would "
+                             "be ignored; pick an evicting policy with --policy (see `foresight policies`)")
     CacheConfig(args.budget, args.interval, args.sinks)
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
