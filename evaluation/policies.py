@@ -176,13 +176,18 @@ def make_factory(
 
 def check_requirements(names: list[str], scorer: str | None, golden: str | None,
                        policy_kwargs: dict[str, dict] | None = None) -> None:
-    """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs, or get them twice: their
+    """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs, get them twice (their
     ``scorer`` / ``labels`` hyperparameter also in ``policy_kwargs`` (``--policy-arg``), which
-    :func:`make_factory` would pass beside ``--scorer`` / ``--golden``."""
+    :func:`make_factory` would pass beside ``--scorer`` / ``--golden``), or get them while not in play (the
+    argument would be ignored)."""
     for name, key, flag in (("learned", "scorer", "--scorer"), ("golden", "labels", "--golden")):
         if name in names and key in (policy_kwargs or {}).get(name, {}):
             raise ConfigError(f"--policy-arg {name}.{key}: this command takes the {name} policy's {key} from {flag} "
                               f"DIR only; drop the --policy-arg")
+    for name, given, flag in (("learned", scorer, "--scorer"), ("golden", golden, "--golden")):
+        if given and name not in names:  # silently unused, it would still be recorded with the results
+            raise ConfigError(f"{flag} {given}: only the {name} policy uses it, and it is not in play "
+                              f"(policies: {', '.join(names) or 'none'}); add {name} or drop {flag}")
     if "learned" in names and not scorer:
         raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
     if "golden" in names and not golden:

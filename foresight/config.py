@@ -227,6 +227,14 @@ def check_output_file(path: str | Path | None, key: str) -> str | Path | None:
     return path
 
 
+def check_output_dir(path: str | Path | None, key: str) -> str | Path | None:
+    """An output directory to be written later (None passes): refused when it exists as something other than a
+    directory, checked before any work (a model load, a benchmark) so it never ends in an unwritable path."""
+    if path is not None and Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"{key} {path}: exists and is not a directory")
+    return path
+
+
 def check_device(device: str | None, key: str = "device") -> str | None:
     """A device string torch understands and this machine has; None (the default device) passes."""
     if device is None:

@@ -163,10 +163,15 @@ def load_problems(spec: str, limit: int | None = None, split: str | None = None)
     limit
         Keep only the first ``limit`` problems.
     split
-        Split of a Hugging Face dataset (default ``test``); ignored otherwise.
+        Split of a Hugging Face dataset (default ``test``); refused for any other ``spec``, which has no splits
+        (``--split train`` on ``math500`` would silently give its dev problems).
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    if split is not None and (spec in builtin_names() or Path(spec).expanduser().exists()
+                              or spec.endswith(".jsonl")):
+        raise DataError(f"--split {split}: only a Hugging Face dataset has splits, not {spec!r} (a built-in problem "
+                        "set or a JSONL file); drop --split")
     if spec == "synthetic":
         problems = synthetic_problems(max(limit or 64, 0))
     elif spec in BENCHMARK_FILES:

@@ -118,6 +118,9 @@ CASES = [
     ("generate-top-p", lambda p: _gen(p, "--top-p", "7"), "--top-p"),
     ("generate-temperature-inf", lambda p: _gen(p, "--temperature", "inf"), "--temperature"),
     ("generate-device", lambda p: _gen(p, "--device", "tpu9"), "tpu9"),
+    ("generate-top-p-greedy", lambda p: _gen(p, "--top-p", "0.5"), "--top-p 0.5"),  # ignored by greedy decoding
+    ("generate-top-k-greedy", lambda p: _gen(p, "--temperature", "0", "--top-k", "5"), "--top-k 5"),
+    ("generate-budget-full", lambda p: _gen(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
     ("generate-max-new-tokens", lambda p: _gen(p, "--max-new-tokens", "0"), "--max-new-tokens"),
     ("generate-dtype", lambda p: _gen(p, "--dtype", "float64"), "'float64'"),
     ("generate-policy-config-list", lambda p: _gen(p, "--policy", "random", "--budget", "16", "--interval", "4",
@@ -131,6 +134,8 @@ CASES = [
     # trace
     ("trace-data-dir", lambda p: _trace(p, "--data", str(p["a_dir"])), "a_dir"),
     ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("trace-split-builtin", lambda p: _trace(p, "--split", "train"), "--split train"),  # would be ignored
+    ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
     ("trace-negative-limit", lambda p: _trace(p, "--limit", "-2"), "--limit"),
     ("trace-top-p", lambda p: _trace(p, "--top-p", "7"), "--top-p"),
     ("trace-temperature-inf", lambda p: _trace(p, "--temperature", "inf"), "--temperature"),
@@ -193,6 +198,11 @@ CASES = [
     ("bench-scorer-twice", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--policies", "learned",
                                       "--scorer", str(p["scorer"]), "--policy-arg", f"learned.scorer={p['scorer']}"],
      "learned.scorer"),
+    # --scorer / --golden while their policy is not in play: ignored, yet recorded with the results
+    ("bench-scorer-unused", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--policies", "h2o",
+                                       "--scorer", str(p["scorer"])], "--scorer"),
+    ("fidelity-golden-unused", lambda p: _fid(p, "--policies", "full,h2o", "--golden", str(p["labels"])), "--golden"),
+    ("aime-scorer-unused", lambda p: _aime(p, "--scorer", str(p["scorer"])), "--scorer"),
     ("bench-budget-abc", lambda p: ["bench", *TINY, "--budget", "abc", "--interval", "4"], "'abc'"),
     ("export-fidelity-dict", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
                                         "--fidelity", str(p["fid_dict.json"])], "fid_dict.json"),
@@ -307,6 +317,27 @@ def _label_content(labels: Path) -> dict:
         with safe_open(str(f), framework="pt") as st:
             out[f.name] = (st.metadata(), {k: st.get_tensor(k).tolist() for k in st.keys()})
     return out
+
+
+@pytest.mark.parametrize("argv", [
+    lambda p, out: ["bench", *TINY, "--budget", "16", "--interval", "4", "--new-tokens", "4", "--repeats", "1",
+                    "--out", out],
+    lambda p, out: _trace(p, out=out),
+    lambda p, out: ["golden", *TINY, "--traces", str(p["traces"]), "--out", out, "--budget", "16", "--interval", "4"],
+], ids=["bench", "trace", "golden"])
+def test_an_out_that_is_a_file_is_refused_before_the_model_loads(inputs, tmp_path, capsys, monkeypatch, argv):
+    import foresight
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before --out was checked")
+
+    monkeypatch.setattr(foresight, "load_model", no_load)
+    out = tmp_path / "results.json"
+    out.write_text("{}\n")
+    assert main(argv({**inputs, "out": tmp_path}, str(out))) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"--out {out}: exists and is not a directory" in err, err
+    assert out.read_text() == "{}\n"
 
 
 def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_path, capsys):

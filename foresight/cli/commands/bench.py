@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
-from foresight.config import nonempty_text, positive_int
+from foresight.config import check_output_dir, nonempty_text, positive_int
 
 
 def register(sub) -> None:
@@ -34,6 +34,7 @@ def run(args) -> int:
     kwargs = policy_kwargs(args, ["full", *names])  # full is always measured, so it is in play too
     check_requirements(names, args.scorer, None, kwargs)
     args.interval = CacheConfig(args.budget, args.interval, args.sinks).interval  # W = B // 4 unless given
+    check_output_dir(args.out, "--out")  # before the model loads, not after the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,

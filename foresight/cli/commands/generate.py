@@ -6,6 +6,7 @@ import time
 
 from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
 from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
+from foresight.errors import ForesightError
 
 
 def register(sub) -> None:
@@ -18,8 +19,8 @@ def register(sub) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
     p.add_argument("--temperature", type=nonnegative_float, default=None,
                    help="sample with this temperature (default, or 0: greedy)")
-    p.add_argument("--top-p", type=unit_float, default=1.0)
-    p.add_argument("--top-k", type=nonnegative_int, default=0)
+    p.add_argument("--top-p", type=unit_float, default=1.0, help="nucleus sampling (with --temperature)")
+    p.add_argument("--top-k", type=nonnegative_int, default=0, help="top-k sampling (with --temperature; 0: off)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.set_defaults(func=run)
@@ -30,9 +31,18 @@ def run(args) -> int:
     from foresight.policies import make_policy
     from foresight.runtime import CacheConfig
 
+    if not args.temperature and (args.top_p != 1.0 or args.top_k):  # greedy decoding would ignore them
+        flag = f"--top-p {args.top_p}" if args.top_p != 1.0 else f"--top-k {args.top_k}"
+        raise ForesightError(f"{flag} only applies when sampling: pass --temperature T > 0 (the default, or 0, "
+                             "decodes greedily)")
     policy = make_policy(args.policy, **policy_kwargs(args)[args.policy])  # validate before loading the model
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
+                                             ("--sinks", args.sinks or None)) if v is not None]
+    if not policy.evicts and unused:  # the full cache would be kept, yet the stats would print the budget
+        raise ForesightError(f"{' '.join(unused)}: policy {args.policy!r} never evicts, so the cache settings would "
+                             "be ignored; pick an evicting policy with --policy (see `foresight policies`)")
     CacheConfig(args.budget, args.interval, args.sinks)
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from foresight.cli.commands._common import add_cache_args, add_model_args
 from foresight.cli.commands.trace import rank_device
-from foresight.config import positive_int
+from foresight.config import check_output_dir, positive_int
 
 
 def register(sub) -> None:
@@ -31,6 +31,7 @@ def run(args) -> int:
 
     CacheConfig(args.budget, args.interval)  # validate before loading the model
     load_traces(args.traces)
+    check_output_dir(args.out, "--out")  # before the model loads, not after the work
     model, _ = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                     adapter=args.adapter)
     s = label_traces(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from foresight.cli.commands._common import add_model_args
-from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
+from foresight.config import (check_output_dir, nonempty_text, nonnegative_float, nonnegative_int, positive_int,
+                              unit_float)
 
 
 def register(sub) -> None:
@@ -45,6 +46,7 @@ def run(args) -> int:
 
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
+    check_output_dir(args.out, "--out")  # before the model loads, not after the work
     model, tok = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                       adapter=args.adapter)
     out = generate_traces(
