@@ -305,6 +305,30 @@ def nonnegative_float(text: str) -> float:
     return value
 
 
+def positive_float(text: str) -> float:
+    """A finite number > 0 (a sampling temperature)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (value > 0.0 and math.isfinite(value)):  # refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def named_dirs(names: str, dirs: str) -> list[tuple[str, str]]:
+    """``NAME[,NAME..]`` and ``DIR[,DIR..]`` as (name, dir) pairs: one directory per name, names distinct."""
+    names_l, dirs_l = names.split(","), dirs.split(",")
+    if "" in names_l or "" in dirs_l:
+        raise ConfigError(f"{names!r} {dirs!r}: an empty name or directory (comma-separated, no spaces)")
+    if len(names_l) != len(dirs_l):
+        raise ConfigError(f"{len(names_l)} names ({names}) but {len(dirs_l)} directories ({dirs}): give one "
+                          "directory per name")
+    if len(set(names_l)) < len(names_l):
+        raise ConfigError(f"{names}: a name given twice")
+    return list(zip(names_l, dirs_l))
+
+
 def nonempty_text(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("must not be empty")

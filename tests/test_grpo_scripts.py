@@ -38,7 +38,7 @@ def test_compare_refuses_scorers_of_two_settings(tmp_path, tiny_llama, monkeypat
     _no_model(mod, monkeypatch, "GRPOTask")
     with pytest.raises(ForesightError, match="scorer grpo .* trained at B=128 W=32, sl at B=64 W=16"):
         mod.main(["sl,grpo", f"{a},{b}", "--exp", str(tmp_path)])
-    with pytest.raises(ForesightError, match="2 names .* but 1 scorer directories"):
+    with pytest.raises(ForesightError, match="2 names .* but 1 directories"):
         mod.main(["sl,grpo", a, "--exp", str(tmp_path)])
     assert not (tmp_path / "compare.json").exists()
 

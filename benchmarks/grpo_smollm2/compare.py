@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from foresight.config import check_output_file
+from foresight.config import check_output_file, named_dirs
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.fingerprint import check_same_model
 from foresight.scorer import Scorer
@@ -31,19 +31,6 @@ def exp_dir(text: str) -> Path:
     return Path(text)
 
 
-def named_scorers(names: str, dirs: str) -> list[tuple[str, str]]:
-    """``NAME[,NAME..]`` and ``DIR[,DIR..]`` as (name, dir) pairs: one directory per name, names distinct."""
-    names_l, dirs_l = names.split(","), dirs.split(",")
-    if "" in names_l or "" in dirs_l:
-        raise ForesightError(f"{names!r} {dirs!r}: an empty name or directory (comma-separated, no spaces)")
-    if len(names_l) != len(dirs_l):
-        raise ForesightError(f"{len(names_l)} names ({names}) but {len(dirs_l)} scorer directories ({dirs}): "
-                             "give one directory per name")
-    if len(set(names_l)) < len(names_l):
-        raise ForesightError(f"{names}: a name given twice")
-    return list(zip(names_l, dirs_l))
-
-
 def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", help="scorer names, comma-separated (e.g. sl,grpo60)")
@@ -51,7 +38,7 @@ def main(argv=None) -> int:
     p.add_argument("--exp", default=os.environ.get("E", "runs/exp7"), help="run.sh output directory (default $E)")
     args = p.parse_args(argv)
     exp = exp_dir(args.exp)
-    scorers = named_scorers(args.names, args.dirs)
+    scorers = named_dirs(args.names, args.dirs)
     out = check_output_file(exp / "compare.json", "output")
     # every scorer is replayed at the first one's B and W, on its model: checked before the model loads
     first = Scorer.from_pretrained(scorers[0][1]).config

@@ -6,13 +6,12 @@ defaults to $E, else runs/exp7)
 
 from __future__ import annotations
 
-import argparse
-import math
 import os
 import time
 
 import torch
 
+from foresight.config import positive_float
 from foresight.errors import OneLineParser, run_script
 from foresight.scorer import Scorer
 from golden.traces import load_traces
@@ -20,20 +19,9 @@ from training.distributed import DistInfo
 from training.grpo import GRPOConfig, GRPOTask
 
 
-def temperature(text: str) -> float:
-    """A Plackett-Luce temperature: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):  # refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
 def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("temperatures", nargs="+", type=temperature, metavar="T", help="temperatures to probe")
+    p.add_argument("temperatures", nargs="+", type=positive_float, metavar="T", help="temperatures to probe")
     p.add_argument("--exp", default=os.environ.get("E", "runs/exp7"), help="run.sh output directory (default $E)")
     args = p.parse_args(argv)
     E = args.exp

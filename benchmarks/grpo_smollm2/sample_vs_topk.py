@@ -7,43 +7,17 @@ $E, else runs/exp7, --temperature to $T, else 0.003)
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 from pathlib import Path
 
 from evaluation.fidelity import evaluate_fidelity
 from foresight import load_model
-from foresight.config import check_output_file, positive_int, read_json
+from foresight.config import check_output_file, named_dirs, positive_float, positive_int, read_json
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import make_policy
 from foresight.policies.base import require_cache
 from golden.traces import load_traces
-
-
-def temperature(text: str) -> float:
-    """A sampling temperature: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):  # refuses nan and inf
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
-
-
-def named_scorers(names: str, dirs: str) -> list[tuple[str, str]]:
-    """``NAME[,NAME..]`` and ``DIR[,DIR..]`` as (name, dir) pairs: one directory per name, names distinct."""
-    names_l, dirs_l = names.split(","), dirs.split(",")
-    if "" in names_l or "" in dirs_l:
-        raise ForesightError(f"{names!r} {dirs!r}: an empty name or directory (comma-separated, no spaces)")
-    if len(names_l) != len(dirs_l):
-        raise ForesightError(f"{len(names_l)} names ({names}) but {len(dirs_l)} scorer directories ({dirs}): "
-                             "give one directory per name")
-    if len(set(names_l)) < len(names_l):
-        raise ForesightError(f"{names}: a name given twice")
-    return list(zip(names_l, dirs_l))
 
 
 def heldout_traces(exp: str):
@@ -66,13 +40,13 @@ def main(argv=None) -> int:
     p.add_argument("names", help="scorer names, comma-separated (e.g. sl,grpo60)")
     p.add_argument("dirs", help="their scorer directories, comma-separated, in the same order")
     p.add_argument("--exp", default=os.environ.get("E", "runs/exp7"), help="run.sh output directory (default $E)")
-    p.add_argument("--temperature", type=temperature, default=os.environ.get("T", "0.003"),
+    p.add_argument("--temperature", type=positive_float, default=os.environ.get("T", "0.003"),
                    help="temperature of selection=sample (default $T, else 0.003)")
     p.add_argument("--budget", type=positive_int, default=64)
     p.add_argument("--interval", type=positive_int, default=16)
     args = p.parse_args(argv)
     T = args.temperature
-    scorers = named_scorers(args.names, args.dirs)
+    scorers = named_dirs(args.names, args.dirs)
     out = check_output_file(Path(args.exp) / "sample_vs_topk.json", "output")
     pols = {}
     for name, d in scorers:  # bad scorers and settings fail before the model loads
