@@ -187,6 +187,9 @@ CASES = [
     ("aime-top-p", lambda p: _aime(p, "--top-p", "7"), "--top-p"),
     ("aime-temperature-inf", lambda p: _aime(p, "--temperature", "inf"), "--temperature"),
     ("aime-jsonl-not-object", lambda p: _aime(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("aime-budget-full", lambda p: _aime(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
+    ("aime-interval-full", lambda p: _aime(p, "--interval", "4"), "--interval 4"),
+    ("aime-sinks-full", lambda p: _aime(p, "--sinks", "2"), "--sinks 2"),
     ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
     ("aime-damaged-settings", lambda p: _aime(p), "settings.json"),
     ("aime-scorer-twice", lambda p: _aime(p, "--policy", "learned", "--budget", "16", "--interval", "4", "--scorer",

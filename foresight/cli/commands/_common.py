@@ -43,6 +43,18 @@ def add_cache_args(p: argparse.ArgumentParser, *, budget_required: bool = False,
                        help="never evict the first S positions (default: 0)")
 
 
+def refuse_unused_cache_args(args, policy) -> None:
+    """Refuse ``--budget`` / ``--interval`` / ``--sinks`` given with a policy that never evicts (one line, exit 2,
+    before the model loads): the full cache would be kept while the results recorded or printed the budget."""
+    from foresight.errors import ForesightError
+
+    unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
+                                             ("--sinks", getattr(args, "sinks", 0) or None)) if v is not None]
+    if not policy.evicts and unused:
+        raise ForesightError(f"{' '.join(unused)}: policy {args.policy!r} never evicts, so the cache settings would "
+                             "be ignored; pick an evicting policy with --policy (see `foresight policies`)")
+
+
 def add_policy_args(p: argparse.ArgumentParser, *, several: bool = False) -> None:
     """``--policy NAME`` and ``--policy-config FILE`` (one policy in play), or neither (``several``: the command
     declares its own ``--policies``), and ``--policy-arg`` in the one grammar of

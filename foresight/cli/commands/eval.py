@@ -6,7 +6,8 @@ import os
 import sys
 from pathlib import Path
 
-from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
+from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, policy_kwargs,
+                                           refuse_unused_cache_args)
 from foresight.config import nonnegative_float, nonnegative_int, positive_int, unit_float
 
 
@@ -159,6 +160,7 @@ def run_aime(args) -> int:
     policy = factory(args.policy, args.budget or 0)
     if policy.evicts and args.budget is None:
         raise ForesightError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    refuse_unused_cache_args(args, policy)  # the full cache would be kept, yet settings would record the budget
     try:
         cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
     except ValueError as exc:
