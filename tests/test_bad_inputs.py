@@ -136,6 +136,10 @@ CASES = [
     ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
     ("trace-split-builtin", lambda p: _trace(p, "--split", "train"), "--split train"),  # would be ignored
     ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
+    ("trace-template-missing", lambda p: _trace(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
+    ("trace-template-missing-rel", lambda p: _trace(p, "--template", "prompts/nope"), "prompts/nope not found"),
+    ("trace-template-dir", lambda p: _trace(p, "--template", str(p["a_dir"])), "a_dir is not a file"),
+    ("trace-template-no-placeholder", lambda p: _trace(p, "--template", str(p["lr_ok.yaml"])), "lr_ok.yaml"),
     ("trace-negative-limit", lambda p: _trace(p, "--limit", "-2"), "--limit"),
     ("trace-top-p", lambda p: _trace(p, "--top-p", "7"), "--top-p"),
     ("trace-temperature-inf", lambda p: _trace(p, "--temperature", "inf"), "--temperature"),
@@ -190,6 +194,7 @@ CASES = [
     ("aime-budget-full", lambda p: _aime(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
     ("aime-interval-full", lambda p: _aime(p, "--interval", "4"), "--interval 4"),
     ("aime-sinks-full", lambda p: _aime(p, "--sinks", "2"), "--sinks 2"),
+    ("aime-template-missing", lambda p: _aime(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
     ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
     ("aime-damaged-settings", lambda p: _aime(p), "settings.json"),
     ("aime-scorer-twice", lambda p: _aime(p, "--policy", "learned", "--budget", "16", "--interval", "4", "--scorer",

@@ -149,6 +149,7 @@ def run_aime(args) -> int:
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
     from foresight.errors import ForesightError
+    from foresight.prompts import load_template
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
 
@@ -165,6 +166,7 @@ def run_aime(args) -> int:
         cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
+    load_template(args.template)  # a missing template file, or one without {problem}, before the model loads
     problems = load_problems(args.data, limit=args.limit)
     check_gradable(problems, args.data)
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
