@@ -15,12 +15,35 @@ PLACEHOLDER = "{problem}"
 DEFAULT_TEMPLATE = "{problem}\n\nPlease reason step by step, and put your final answer within \\boxed{}."
 
 
+TEMPLATE_SUFFIXES = (".txt", ".md", ".jinja", ".j2", ".tmpl", ".template", ".prompt")
+
+
+def _looks_like_path(text: str) -> bool:
+    """Whether ``text`` (one line, no ``{problem}``) was meant as a file path: a path separator, a leading ``~``
+    or a template-file suffix."""
+    return ("/" in text or "\\" in text or text.startswith("~")
+            or text.strip().lower().endswith(TEMPLATE_SUFFIXES))
+
+
 def load_template(template: str | None) -> str:
     """Return the template text: ``None`` → default, an existing file path → its content, else the string."""
     if template is None:
         return DEFAULT_TEMPLATE
-    if PLACEHOLDER not in template and "\n" not in template and Path(template).expanduser().is_file():
-        template = Path(template).expanduser().read_text()
+    if PLACEHOLDER not in template and "\n" not in template and template.strip():
+        path = Path(template).expanduser()
+        try:
+            is_file, exists = path.is_file(), path.exists()
+        except OSError:  # e.g. a one-line text too long to be a file name
+            is_file = exists = False
+        if is_file:
+            text = path.read_text()
+            if PLACEHOLDER not in text:
+                raise ForesightError(f"prompt template file {template} must contain the placeholder {PLACEHOLDER}")
+            return text
+        elif exists or _looks_like_path(template):  # a text template without {problem} is refused anyway: name the file
+            what = "is not a file" if exists else "not found"
+            raise ForesightError(f"prompt template file {template} {what} (a template is a file path or text "
+                                 f"with the placeholder {PLACEHOLDER})")
     if PLACEHOLDER not in template:
         raise ForesightError(f"prompt template must contain the placeholder {PLACEHOLDER}: {template[:80]!r}")
     return template

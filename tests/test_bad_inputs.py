@@ -136,6 +136,12 @@ CASES = [
     ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
     ("trace-split-builtin", lambda p: _trace(p, "--split", "train"), "--split train"),  # would be ignored
     ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
+    ("trace-template-missing", lambda p: _trace(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
+    ("trace-template-missing-rel", lambda p: _trace(p, "--template", "prompts/nope"), "prompts/nope not found"),
+    ("trace-template-dir", lambda p: _trace(p, "--template", str(p["a_dir"])), "a_dir is not a file"),
+    ("trace-template-no-placeholder", lambda p: _trace(p, "--template", str(p["lr_ok.yaml"])), "lr_ok.yaml"),
+    ("trace-top-p-greedy", lambda p: _trace(p, "--temperature", "0", "--top-p", "0.95"), "--top-p 0.95"),
+    ("trace-top-k-greedy", lambda p: _trace(p, "--temperature", "0", "--top-k", "20"), "--top-k 20"),  # the default
     ("trace-negative-limit", lambda p: _trace(p, "--limit", "-2"), "--limit"),
     ("trace-top-p", lambda p: _trace(p, "--top-p", "7"), "--top-p"),
     ("trace-temperature-inf", lambda p: _trace(p, "--temperature", "inf"), "--temperature"),
@@ -187,6 +193,12 @@ CASES = [
     ("aime-top-p", lambda p: _aime(p, "--top-p", "7"), "--top-p"),
     ("aime-temperature-inf", lambda p: _aime(p, "--temperature", "inf"), "--temperature"),
     ("aime-jsonl-not-object", lambda p: _aime(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("aime-budget-full", lambda p: _aime(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
+    ("aime-interval-full", lambda p: _aime(p, "--interval", "4"), "--interval 4"),
+    ("aime-sinks-full", lambda p: _aime(p, "--sinks", "2"), "--sinks 2"),
+    ("aime-template-missing", lambda p: _aime(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
+    ("aime-top-p-greedy", lambda p: _aime(p, "--temperature", "0", "--top-p", "0.5"), "--top-p 0.5"),
+    ("aime-top-k-greedy", lambda p: _aime(p, "--temperature", "0", "--top-k", "20"), "--top-k 20"),  # the default
     ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
     ("aime-damaged-settings", lambda p: _aime(p), "settings.json"),
     ("aime-scorer-twice", lambda p: _aime(p, "--policy", "learned", "--budget", "16", "--interval", "4", "--scorer",

@@ -50,6 +50,8 @@ def test_summary_and_records(data, tmp_path, capsys):
     assert 0 <= s["pass@1"] <= 1 and set(s["per_problem"]) == {"a", "b", "c"}
     assert s["peak_kv_entries"] >= 48 and s["tokens_per_s"] > 0
     assert s["settings"]["policy"] == "streaming_llm" and s["settings"]["budget"] == 48
+    # --temperature 0 without --top-p / --top-k records the defaults, as before they were checked (resume compares)
+    assert (s["settings"]["top_p"], s["settings"]["top_k"]) == (0.95, 20)
     recs = read_records(out)
     assert {(r["problem_id"], r["sample"]) for r in recs} == {(p["id"], i) for p in PROBLEMS for i in range(2)}
     assert all(set(r) >= {"extracted", "correct", "generated_tokens", "peak_kv_entries"} for r in recs)

@@ -89,6 +89,24 @@ def test_build_prompt(tmp_path):
         build_prompt(tok, "x", "no placeholder here")
 
 
+def test_load_template_tells_a_missing_file_from_text(tmp_path):
+    from foresight.prompts import load_template
+
+    for text in ("Solve {problem}", "See a/b: {problem}", "{problem} in notes.txt", "x\n{problem}"):
+        assert load_template(text) == text  # text with the placeholder is never read as a path
+    for path in (tmp_path / "nope.txt", "prompts/nope", "nope.jinja", "~/nope"):
+        with pytest.raises(ForesightError, match="not found"):
+            load_template(str(path))
+    with pytest.raises(ForesightError, match="is not a file"):
+        load_template(str(tmp_path))
+    (tmp_path / "bare.txt").write_text("no placeholder\n")
+    with pytest.raises(ForesightError, match="bare.txt must contain"):
+        load_template(str(tmp_path / "bare.txt"))
+    for text in ("Solve it", "a" * 300):  # one-line text without the placeholder: the placeholder is asked for
+        with pytest.raises(ForesightError, match="must contain the placeholder"):
+            load_template(text)
+
+
 # -- traces --------------------------------------------------------------------------------------------------------
 
 

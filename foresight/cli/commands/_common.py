@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from foresight.config import adapter_arg, device_arg, nonnegative_int, parse_overrides, positive_int
+from foresight.config import (adapter_arg, device_arg, nonnegative_int, parse_overrides, positive_int,
+                              unit_float)
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +42,41 @@ def add_cache_args(p: argparse.ArgumentParser, *, budget_required: bool = False,
     if sinks:
         p.add_argument("--sinks", type=nonnegative_int, default=0, metavar="S",
                        help="never evict the first S positions (default: 0)")
+
+
+def refuse_unused_cache_args(args, policy) -> None:
+    """Refuse ``--budget`` / ``--interval`` / ``--sinks`` given with a policy that never evicts (one line, exit 2,
+    before the model loads): the full cache would be kept while the results recorded or printed the budget."""
+    from foresight.errors import ForesightError
+
+    unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
+                                             ("--sinks", getattr(args, "sinks", 0) or None)) if v is not None]
+    if not policy.evicts and unused:
+        raise ForesightError(f"{' '.join(unused)}: policy {args.policy!r} never evicts, so the cache settings would "
+                             "be ignored; pick an evicting policy with --policy (see `foresight policies`)")
+
+
+def add_sampling_filter_args(p: argparse.ArgumentParser, *, top_p: float, top_k: int) -> None:
+    """``--top-p`` and ``--top-k`` with ``default=None``, so that :func:`fill_sampling_filters` can tell an explicit
+    value from the default (``top_p`` / ``top_k``, filled in there)."""
+    p.add_argument("--top-p", type=unit_float, default=None, help=f"nucleus sampling (default: {top_p})")
+    p.add_argument("--top-k", type=nonnegative_int, default=None, help=f"top-k sampling (default: {top_k}; 0: off)")
+
+
+def fill_sampling_filters(args, *, top_p: float, top_k: int) -> None:
+    """Refuse an explicit ``--top-p`` / ``--top-k`` with ``--temperature 0`` (greedy decoding ignores them, yet they
+    would be recorded), then fill in the defaults: a run that passes neither records the same settings as before."""
+    from foresight.errors import ForesightError
+
+    if args.temperature == 0:
+        given = [f"{flag} {v}" for flag, v in (("--top-p", args.top_p), ("--top-k", args.top_k)) if v is not None]
+        if given:
+            raise ForesightError(f"{' '.join(given)} only applies when sampling: --temperature 0 decodes greedily "
+                                 "(drop it, or pass --temperature T > 0)")
+    if args.top_p is None:
+        args.top_p = top_p
+    if args.top_k is None:
+        args.top_k = top_k
 
 
 def add_policy_args(p: argparse.ArgumentParser, *, several: bool = False) -> None:

@@ -6,8 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
-from foresight.config import nonnegative_float, nonnegative_int, positive_int, unit_float
+from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
+                                           fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
+from foresight.config import nonnegative_float, positive_int
 
 
 def register(sub) -> None:
@@ -38,6 +39,9 @@ def register(sub) -> None:
     a.set_defaults(func=run_aime)
 
 
+AIME_TOP_P, AIME_TOP_K = 0.95, 20  # recorded in settings.json (a resumed run must record the same)
+
+
 def add_accuracy_args(p) -> None:
     p.add_argument("--data", default="aime24", help="aime24, aime25, math500, synthetic or a JSONL path")
     add_policy_args(p)
@@ -45,8 +49,7 @@ def add_accuracy_args(p) -> None:
     add_cache_args(p)
     p.add_argument("--samples", type=positive_int, default=1, help="samples per problem (pass@1 = mean over them)")
     p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 = greedy")
-    p.add_argument("--top-p", type=unit_float, default=0.95)
-    p.add_argument("--top-k", type=nonnegative_int, default=20)
+    add_sampling_filter_args(p, top_p=AIME_TOP_P, top_k=AIME_TOP_K)
     p.add_argument("--max-new-tokens", type=positive_int, default=32768)
     p.add_argument("--batch-size", type=positive_int, default=8, help="samples generated together")
     p.add_argument("--limit", type=positive_int, default=None, help="first N problems only")
@@ -148,9 +151,11 @@ def run_aime(args) -> int:
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
     from foresight.errors import ForesightError
+    from foresight.prompts import load_template
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
 
+    fill_sampling_filters(args, top_p=AIME_TOP_P, top_k=AIME_TOP_K)
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
     kwargs = policy_kwargs(args)[args.policy]
@@ -159,10 +164,12 @@ def run_aime(args) -> int:
     policy = factory(args.policy, args.budget or 0)
     if policy.evicts and args.budget is None:
         raise ForesightError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
+    refuse_unused_cache_args(args, policy)  # the full cache would be kept, yet settings would record the budget
     try:
         cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
+    load_template(args.template)  # a missing template file, or one without {problem}, before the model loads
     problems = load_problems(args.data, limit=args.limit)
     check_gradable(problems, args.data)
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import time
 
-from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json
+from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json,
+                                           refuse_unused_cache_args)
 from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
 from foresight.errors import ForesightError
 
@@ -38,11 +39,7 @@ def run(args) -> int:
     policy = make_policy(args.policy, **policy_kwargs(args)[args.policy])  # validate before loading the model
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
-    unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
-                                             ("--sinks", args.sinks or None)) if v is not None]
-    if not policy.evicts and unused:  # the full cache would be kept, yet the stats would print the budget
-        raise ForesightError(f"{' '.join(unused)}: policy {args.policy!r} never evicts, so the cache settings would "
-                             "be ignored; pick an evicting policy with --policy (see `foresight policies`)")
+    refuse_unused_cache_args(args, policy)  # the full cache would be kept, yet the stats would print the budget
     CacheConfig(args.budget, args.interval, args.sinks)
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 
-from foresight.cli.commands._common import add_model_args
-from foresight.config import (check_output_dir, nonempty_text, nonnegative_float, nonnegative_int, positive_int,
-                              unit_float)
+from foresight.cli.commands._common import add_model_args, add_sampling_filter_args, fill_sampling_filters
+from foresight.config import check_output_dir, nonempty_text, nonnegative_float, positive_int
+
+
+TRACE_TOP_P, TRACE_TOP_K = 0.95, 20  # recorded in plan.json (a resumed run must record the same)
 
 
 def register(sub) -> None:
@@ -19,8 +21,7 @@ def register(sub) -> None:
     p.add_argument("--samples", type=positive_int, default=1, help="traces per problem")
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 decodes greedily")
-    p.add_argument("--top-p", type=unit_float, default=0.95)
-    p.add_argument("--top-k", type=nonnegative_int, default=20, help="0 disables top-k")
+    add_sampling_filter_args(p, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=positive_int, default=8, help="traces generated together (= one shard)")
     p.add_argument("--template", default=None, help="prompt template file (or text) with a {problem} placeholder")
@@ -44,6 +45,7 @@ def run(args) -> int:
     from golden.sharding import rank_world
     from golden.traces import generate_traces, load_traces, trace_progress
 
+    fill_sampling_filters(args, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
