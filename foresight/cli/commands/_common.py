@@ -9,6 +9,7 @@ import json
 
 from foresight.config import (adapter_arg, device_arg, nonnegative_int, parse_overrides, positive_int,
                               unit_float)
+from foresight.errors import ForesightError
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:
@@ -47,8 +48,6 @@ def add_cache_args(p: argparse.ArgumentParser, *, budget_required: bool = False,
 def refuse_unused_cache_args(args, policy) -> None:
     """Refuse ``--budget`` / ``--interval`` / ``--sinks`` given with a policy that never evicts (one line, exit 2,
     before the model loads): the full cache would be kept while the results recorded or printed the budget."""
-    from foresight.errors import ForesightError
-
     unused = [f"{flag} {v}" for flag, v in (("--budget", args.budget), ("--interval", args.interval),
                                              ("--sinks", getattr(args, "sinks", 0) or None)) if v is not None]
     if not policy.evicts and unused:
@@ -66,8 +65,6 @@ def add_sampling_filter_args(p: argparse.ArgumentParser, *, top_p: float, top_k:
 def fill_sampling_filters(args, *, top_p: float, top_k: int) -> None:
     """Refuse an explicit ``--top-p`` / ``--top-k`` with ``--temperature 0`` (greedy decoding ignores them, yet they
     would be recorded), then fill in the defaults: a run that passes neither records the same settings as before."""
-    from foresight.errors import ForesightError
-
     if args.temperature == 0:
         given = [f"{flag} {v}" for flag, v in (("--top-p", args.top_p), ("--top-k", args.top_k)) if v is not None]
         if given:
