@@ -366,3 +366,69 @@ def test_duplicate_trace_ids_are_refused(copy_model, copy_traces):
     paired comparison silently dropped a trace. Refused before any compute, naming the id."""
     with pytest.raises(ForesightError, match="trace id 'a' appears 2 times"):
         evaluate_fidelity(copy_model, copy_traces[:3], ["random"], [12], 4, trace_ids=["a", "b", "a"])
+
+
+# ---- a finished --out of another evaluation -----------------------------------------------------------------------
+
+
+def _fid_args(trace_dir, out, *extra):
+    return ["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "full,random",
+            "--budget", "24", "--out", str(out), "--quiet", *extra]
+
+
+@pytest.mark.parametrize("change", [["--interval", "16"], ["--interval", "8", "--policy-arg", "random.seed=4"]],
+                         ids=["interval", "policy-arg"])
+def test_cli_refuses_the_finished_out_of_another_evaluation(trace_dir, tmp_path, capsys, monkeypatch, change):
+    """A rerun into a --out holding another evaluation's finished results overwrote them without a word: now one
+    line naming fidelity.json and the setting that differs, exit 2, before the model loads, the results untouched."""
+    import foresight
+
+    out = tmp_path / "fid"
+    assert main(_fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=3")) == 0
+    capsys.readouterr()
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    monkeypatch.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    assert main(_fid_args(trace_dir, out, *change)) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "holds the results of another evaluation" in err[0]
+    assert str(out / "fidelity.json") in err[0]
+    assert ("interval 8, this run 16" if "16" in change else 'policy_args {"full": {}, "random": {"seed": 3}}') \
+        in err[0]
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
+def test_cli_reruns_the_same_evaluation_into_its_out(trace_dir, tmp_path, capsys):
+    out = tmp_path / "fid"
+    args = _fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=3")
+    assert main(args) == 0
+    first = json.loads((out / "fidelity.json").read_text())
+    (out / "fidelity.json").write_text(json.dumps(first[:1]))  # rewritten by the rerun
+    assert main(args) == 0
+    assert json.loads((out / "fidelity.json").read_text()) == first
+    assert json.loads((out / "settings.json").read_text())["policy_args"] == {"full": {}, "random": {"seed": 3}}
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "no settings"])
+def test_cli_refuses_an_out_whose_fidelity_json_is_unreadable(trace_dir, tmp_path, capsys, damage):
+    out = tmp_path / "fid"
+    out.mkdir()
+    (out / "fidelity.json").write_text('[{"policy": ' if damage == "corrupt" else "[]\n")
+    before = (out / "fidelity.json").read_bytes()
+    assert main(_fid_args(trace_dir, out, "--interval", "8")) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and str(out / "fidelity.json") in err[0]
+    assert (out / "fidelity.json").read_bytes() == before and not (out / "fidelity.md").exists()
+
+
+def test_cli_compares_policy_args_with_the_records_of_older_runs(trace_dir, tmp_path, capsys):
+    """Runs before settings.json recorded policy_args: the policy_config of its records is compared instead."""
+    out = tmp_path / "fid"
+    assert main(_fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=3")) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    del settings["policy_args"], settings["scorer_sha256"]
+    (out / "settings.json").write_text(json.dumps(settings))
+    capsys.readouterr()
+    assert main(_fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=4")) == 2
+    err = capsys.readouterr().err
+    assert "random.seed 3, this run 4" in err and str(out / "fidelity.json") in err
+    assert main(_fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=3")) == 0

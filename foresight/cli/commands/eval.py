@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -69,6 +70,64 @@ def _check_trace_fingerprint(ds, model, source) -> None:
                          fix="replay them with the model that generated them (--model)")
 
 
+# settings.json keys a rerun into a finished --out must match (the rest are known only once the model loads)
+FIDELITY_SAME = ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks", "scorer",
+                 "scorer_sha256", "golden", "policy_args")
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _check_finished_out(out: Path, settings: dict) -> None:
+    """Refuse an ``--out`` holding the finished results (``fidelity.json`` and its ``settings.json``) of another
+    evaluation, which the run would overwrite; the same evaluation again is fine (it rewrites the same results).
+    ``scorer_sha256`` and ``policy_args`` are compared where recorded (runs before they were: the scorer by name, and
+    the policies' ``policy_config`` in the records, key by key for the keys this run sets)."""
+    from foresight.errors import ForesightError
+
+    results = out / "fidelity.json"
+    if not results.exists():
+        return
+    fix = f"choose a new --out or remove {results}"
+    try:
+        records = json.loads(results.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ForesightError(f"--out {out}: {results} cannot be read ({exc}); {fix}") from None
+    if not isinstance(records, list):
+        raise ForesightError(f"--out {out}: {results} is not a list of fidelity records; {fix}")
+    where = out / "settings.json"
+    try:
+        recorded = json.loads(where.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ForesightError(f"--out {out}: {results} has no readable settings ({where}: {exc}); {fix}") from None
+    if not isinstance(recorded, dict):
+        raise ForesightError(f"--out {out}: {results} has no readable settings ({where} is not an object); {fix}")
+    now = json.loads(json.dumps(settings, default=str))  # as settings.json stores it
+    for key in FIDELITY_SAME:
+        if key == "scorer_sha256" and key not in recorded:  # older runs record the scorer by name only
+            continue
+        if key == "policy_args" and key not in recorded:  # written before policy_args was recorded
+            for policy, given in now[key].items():
+                for rec in records:
+                    cfg = rec.get("policy_config") if isinstance(rec, dict) and rec.get("policy") == policy else None
+                    for k, v in given.items() if isinstance(cfg, dict) else ():
+                        if k in cfg and not isinstance(cfg[k], (dict, list)) and cfg[k] != v:
+                            raise ForesightError(
+                                f"--out {out} holds the results of another evaluation ({results}: {policy}.{k} "
+                                f"{_shown(cfg[k])}, this run {_shown(v)}); {fix}")
+            continue
+        if recorded.get(key) != now[key]:
+            raise ForesightError(f"--out {out} holds the results of another evaluation ({where}: {key} "
+                                 f"{_shown(recorded.get(key))}, this run {_shown(now[key])}); {fix}")
+
+
 def run_fidelity(args) -> int:
     import torch
 
@@ -93,6 +152,15 @@ def run_fidelity(args) -> int:
     ds = load_traces(args.traces)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
+    # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
+    scorer_sha = scorer_sha256(args.scorer) if args.scorer else None
+    settings = {
+        "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
+        "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
+        "scorer_sha256": scorer_sha, "golden": args.golden, "policy_args": kwargs,
+    }
+    out = Path(args.out)
+    _check_finished_out(out, settings)  # before the model loads: a finished --out of another evaluation is kept
     model, _ = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                     adapter=args.adapter)
     _check_trace_fingerprint(ds, model, args.traces)
@@ -104,9 +172,6 @@ def run_fidelity(args) -> int:
         skipped.append(f"skipped {name} at B={budget}: {why}")
         print(f"note: {skipped[-1]}", file=sys.stderr)
 
-    # the weights measured, by hash, read before any compute (a short name can later point at newer weights)
-    scorer_sha = scorer_sha256(args.scorer) if args.scorer else None
-    out = Path(args.out)
     journal = out / "fidelity.partial.jsonl"  # a killed run resumes from it; deleted once the results are written
     records = evaluate_fidelity(
         model,
@@ -125,12 +190,7 @@ def run_fidelity(args) -> int:
     )
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))
-    settings = {
-        "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
-        "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
-        "scorer_sha256": scorer_sha, "golden": args.golden, "fingerprint": foresight.model_fingerprint(model),
-        "skipped": skipped,
-    }
+    settings.update(fingerprint=foresight.model_fingerprint(model), skipped=skipped)
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
     for b in budgets:  # a trace of at most B + W + 1 tokens has no prediction after the first eviction
         counted = next((r["traces"] for r in records if r["budget"] == b), len(ds))
