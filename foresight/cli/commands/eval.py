@@ -10,6 +10,7 @@ from pathlib import Path
 from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
 from foresight.config import nonnegative_float, positive_int
+from foresight.errors import ForesightError
 
 
 def register(sub) -> None:
@@ -90,8 +91,6 @@ def _check_finished_out(out: Path, settings: dict) -> None:
     evaluation, which the run would overwrite; the same evaluation again is fine (it rewrites the same results).
     ``scorer_sha256`` and ``policy_args`` are compared where recorded (runs before they were: the scorer by name, and
     the policies' ``policy_config`` in the records, key by key for the keys this run sets)."""
-    from foresight.errors import ForesightError
-
     results = out / "fidelity.json"
     if not results.exists():
         return
@@ -135,7 +134,6 @@ def run_fidelity(args) -> int:
     from evaluation.fidelity import evaluate_fidelity
     from evaluation.policies import check_requirements, make_factory, parse_budgets, parse_policies
     from evaluation.report import write_fidelity_outputs
-    from foresight.errors import ForesightError
     from foresight.scorer import scorer_sha256
     from golden.traces import load_traces
 
@@ -210,7 +208,6 @@ def run_aime(args) -> int:
     from evaluation.accuracy import check_gradable, format_summary, run_accuracy
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
-    from foresight.errors import ForesightError
     from foresight.prompts import load_template
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
