@@ -35,6 +35,8 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 #: Scorers shipped with the package, one directory per short name (``foresight/scorers/<name>/``).
 SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
+# provenance an average (Scorer.average) keeps where all its members agree: the data they were trained on
+AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces")
 
 
 def shipped_scorers() -> dict[str, Path]:
@@ -192,7 +194,9 @@ class Scorer(nn.Module):
         Each member's standardisation is folded into its first layer (``W1 / std``, ``b1 - W1 · mean / std``), the
         hidden units are concatenated (width = sum of the members') and the output weights divided by the number
         of members; the result standardises nothing (mean 0, std 1). Members must share the model, B, W, the
-        feature set and the decay, and agree on the temperature where they record one.
+        feature set and the decay, and agree on the temperature where they record one. Provenance keys of
+        ``AVERAGE_SHARED_PROVENANCE`` that every member records with the same value (their traces, labels and
+        train/held-out split) are carried over, so the ensemble still names the problems it never trained on.
         """
         if not scorers:
             raise ForesightError("average: no scorers given")
@@ -207,10 +211,14 @@ class Scorer(nn.Module):
         temps = {s.config.temperature for s in scorers} - {None}
         if len(temps) > 1:
             raise ForesightError(f"average: the scorers record different temperatures {sorted(temps)}")
+        provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
+        for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
+            values = [(s.config.provenance or {}).get(key) for s in scorers]
+            if values[0] is not None and all(v == values[0] for v in values):
+                provenance.setdefault(key, values[0])
         config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
                               hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=next(iter(temps), None),
-                              provenance=provenance or {"average_of": [s.source for s in scorers]})
+                              temperature=next(iter(temps), None), provenance=provenance)
         out = cls(config, seed=None)
         n = len(scorers)
         w1 = [s.w1 / s.feature_std[..., None] for s in scorers]

@@ -390,3 +390,8 @@ def test_average_scores_the_mean_of_its_members_exactly():
     with pytest.raises(ForesightError, match="temperatures"):
         Scorer.average([hot, cold])
     assert Scorer.average([hot, members[0]]).config.temperature == 0.01
+    # the members' shared training data stays in the provenance (the held-out split names the validation problems)
+    for i, m in enumerate(members):
+        m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}
+    prov = Scorer.average(members, provenance={"average_of": ["x", "y", "z"]}).config.provenance
+    assert prov == {"average_of": ["x", "y", "z"], "heldout_traces": ["a#0", "b#0"]}
