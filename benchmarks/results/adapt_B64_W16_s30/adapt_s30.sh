@@ -8,7 +8,7 @@
 # Every stage skips what exists and training resumes (--resume) after a kill: rerun the script.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
-PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; S=foresight/scorers/smollm2-135m-b64-w16
+PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; S=benchmarks/results/quality_B64_prekey_dagger/scorer
 R=benchmarks/results/adapt_B64_W16_s30; S13=benchmarks/results/adapt_B64_W16_s13
 export DS_ACCELERATOR=cpu OMP_NUM_THREADS=1
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }

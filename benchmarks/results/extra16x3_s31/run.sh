@@ -24,7 +24,7 @@ bench() {  # B W scorer out
     --policy-arg sample.selection=sample --batch-size 4 --out $out
 }
 stamp benchmarks
-bench 64 16 smollm2-135m-b64-w16 $E/x16x3_B64 & p1=$!
+bench 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer $E/x16x3_B64 & p1=$!
 bench 128 32 smollm2-135m-b128-w32 $E/x16x3_B128 & p2=$!
 wait $p1 && wait $p2
 C="$PY benchmarks/quality/compare.py"

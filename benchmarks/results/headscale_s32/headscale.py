@@ -9,7 +9,7 @@ on the same traces, in the same run, paired by problem; the reference quality.js
 share) and a stage the baseline must reproduce trace for trace.
 
     python benchmarks/results/headscale_s32/headscale.py --traces runs/quality/val_traces \
-        --scorer smollm2-135m-b64-w16 --budget 64 --interval 16 --temperature 0.005 --taus 0.1,0.15,0.2,0.3 \
+        --scorer benchmarks/results/quality_B64_prekey_dagger/scorer --budget 64 --interval 16 --temperature 0.005 --taus 0.1,0.15,0.2,0.3 \
         --reference runs/quality/tsweep_B64/quality.json:t005 --out runs/s32/headscale_B64.json
 """
 

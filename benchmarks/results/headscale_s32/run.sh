@@ -11,7 +11,7 @@ run() {  # B W scorer T reference-stage
     --temperature $4 --taus 0.1,0.15,0.2,0.3 --reference $E/tsweep_B$1/quality.json:$5 --out $R/headscale_B$1.json \
     > $R/headscale_B$1.txt
 }
-run 64 16 smollm2-135m-b64-w16 0.005 t005 & p1=$!
+run 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer 0.005 t005 & p1=$!
 run 128 32 smollm2-135m-b128-w32 0.003 t003 & p2=$!
 wait $p1 && wait $p2
 cat $R/headscale_B64.txt $R/headscale_B128.txt

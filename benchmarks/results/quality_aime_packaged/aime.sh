@@ -22,8 +22,8 @@ ev() {  # ev OUT SCORER B W [extra args]: learned-only fidelity
 }
 S="--policy-arg selection=sample --policy-arg temperature=0.003"
 stamp B64 learned
-ev $E/ev64 smollm2-135m-b64-w16 64 16
-ev $E/ev64_sample smollm2-135m-b64-w16 64 16 $S
+ev $E/ev64 benchmarks/results/quality_B64_prekey_dagger/scorer 64 16
+ev $E/ev64_sample benchmarks/results/quality_B64_prekey_dagger/scorer 64 16 $S
 C="$PY benchmarks/quality/compare.py"; L=fidelity.json:learned
 G="--budget 64 --interval 16 --gap $A/quality.json:tova"
 $C $E/ev64/$L $A/quality.json:packaged $G | tee $R/compare_B64_topk.txt

@@ -5,7 +5,7 @@
 # traces. About 25 min on 2 cores with the traces regenerated (the recipe's trace commands, seed 0). Rerun to resume.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
-PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; S=${S:-foresight/scorers/smollm2-135m-b64-w16}
+PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; S=${S:-benchmarks/results/quality_B64_prekey_dagger/scorer}
 R=benchmarks/results/temperature_s31; P=benchmarks/results/quality_B64_prekey_dagger
 export OMP_NUM_THREADS=1
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }

@@ -14,7 +14,7 @@ mkdir -p $E/val_split
 $PY - "$E" <<'PY'
 import json, sys
 e = sys.argv[1]
-ids = {t.split("#")[0] for t in json.load(open("foresight/scorers/smollm2-135m-b64-w16/config.json"))
+ids = {t.split("#")[0] for t in json.load(open("benchmarks/results/quality_B64_prekey_dagger/scorer/config.json"))
        ["provenance"]["heldout_traces"]}
 rows = [r for r in map(json.loads, open(f"{e}/split/train.jsonl")) if r["id"] in ids]
 assert len(rows) == 8, len(rows)
@@ -36,7 +36,7 @@ sweep() {  # B W scorer out
     --setting $b:$w=$E/golden_val_B${b}_W${w} --policies tova,h2o "${args[@]}" --batch-size 4 --out $out
 }
 stamp sweeps
-sweep 64 16 foresight/scorers/smollm2-135m-b64-w16 $E/tsweep_B64 & p1=$!
+sweep 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer $E/tsweep_B64 & p1=$!
 sweep 128 32 foresight/scorers/smollm2-135m-b128-w32 $E/tsweep_B128 & p2=$!
 wait $p1 && wait $p2
 R=benchmarks/results/temperature_s31
