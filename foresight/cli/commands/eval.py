@@ -9,7 +9,7 @@ from pathlib import Path
 
 from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
-from foresight.config import nonnegative_float, positive_int
+from foresight.config import ConfigError, nonnegative_float, positive_int, read_json
 from foresight.errors import ForesightError
 
 
@@ -95,19 +95,12 @@ def _check_finished_out(out: Path, settings: dict) -> None:
     if not results.exists():
         return
     fix = f"choose a new --out or remove {results}"
-    try:
-        records = json.loads(results.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ForesightError(f"--out {out}: {results} cannot be read ({exc}); {fix}") from None
-    if not isinstance(records, list):
-        raise ForesightError(f"--out {out}: {results} is not a list of fidelity records; {fix}")
     where = out / "settings.json"
     try:
-        recorded = json.loads(where.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ForesightError(f"--out {out}: {results} has no readable settings ({where}: {exc}); {fix}") from None
-    if not isinstance(recorded, dict):
-        raise ForesightError(f"--out {out}: {results} has no readable settings ({where} is not an object); {fix}")
+        records = read_json(results, "finished results", expect=list)
+        recorded = read_json(where, f"the settings of {results}:", expect=dict)
+    except ConfigError as exc:
+        raise ForesightError(f"--out {out}: {exc}; {fix}") from None
     now = json.loads(json.dumps(settings, default=str))  # as settings.json stores it
     for key in FIDELITY_SAME:
         if key == "scorer_sha256" and key not in recorded:  # older runs record the scorer by name only
