@@ -7,6 +7,11 @@ repetition, and the median over repetitions is reported.
 
     python benchmarks/bench_policies.py                      # smollm2-135m, B=256, W=64, 1024 new tokens
     python benchmarks/bench_policies.py --new-tokens 512 --policies streaming_llm,h2o,lazy --reps 3
+    python benchmarks/bench_policies.py --budget 64 --interval 16 --policies streaming_llm,h2o \
+        --scorer ens=smollm2-135m-b64-w16 --scorer one=benchmarks/results/quality_B64_prekey_dagger/scorer
+
+``--scorer NAME=DIR`` (repeatable) adds the ``learned`` policy with that scorer as ``learned:NAME``; each scorer is
+loaded once, before any timing.
 """
 
 from __future__ import annotations
@@ -21,8 +26,9 @@ from pathlib import Path
 import torch
 
 import foresight
-from foresight.errors import OneLineParser, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import POLICIES, make_policy, policy_names
+from foresight.scorer import Scorer
 
 REFERENCE = "streaming_llm"
 PROMPT = (
@@ -44,8 +50,22 @@ def default_policies() -> list[str]:
     return names
 
 
-def run_once(model, tok, prompt_ids, name, args) -> float:
-    policy = make_policy(name)
+def parse_scorers(specs: list[str]) -> dict[str, str]:
+    """``NAME=DIR`` options to {``learned:NAME``: DIR}; one line naming the bad value otherwise."""
+    out = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise ForesightError(f"--scorer {spec!r}: expected NAME=DIR (a scorer directory or shipped name)")
+        if f"learned:{name}" in out:
+            raise ForesightError(f"--scorer {spec!r}: the name {name!r} is given twice")
+        out[f"learned:{name}"] = path
+    return out
+
+
+def run_once(model, tok, prompt_ids, name, args, scorers=None) -> float:
+    scorer = (scorers or {}).get(name)
+    policy = make_policy("learned", scorer=scorer) if scorer is not None else make_policy(name)
     t0 = time.perf_counter()
     res = foresight.generate(
         model, tok, [prompt_ids] * args.batch, policy=policy, budget=args.budget, interval=args.interval,
@@ -67,6 +87,8 @@ def main(argv=None) -> int:
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None)
+    p.add_argument("--scorer", action="append", default=[], metavar="NAME=DIR",
+                   help="also time `learned` with this scorer, as learned:NAME (repeatable)")
     p.add_argument("--out", default="benchmarks/results/bench_policies.json")
     args = p.parse_args(argv)
     if args.threads:
@@ -75,7 +97,10 @@ def main(argv=None) -> int:
     names = args.policies.split(",") if args.policies else default_policies()
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
+    paths = parse_scorers(args.scorer)
+    names += list(paths)
     model, tok = foresight.load_model(args.model, device=args.device)
+    scorers = {n: Scorer.from_pretrained(path, model=model) for n, path in paths.items()}  # checked, loaded once
     prompt_ids = tok(PROMPT)["input_ids"]
     run_once(model, tok, prompt_ids, REFERENCE, argparse.Namespace(**{**vars(args), "new_tokens": 8}))  # warm-up
 
@@ -85,7 +110,7 @@ def main(argv=None) -> int:
         order = names[rep % len(names) :] + names[: rep % len(names)]
         this = {}
         for name in order:
-            this[name] = run_once(model, tok, prompt_ids, name, args)
+            this[name] = run_once(model, tok, prompt_ids, name, args, scorers)
             print(f"rep {rep} {name:14s} {this[name]:8.2f} tok/s", flush=True)
         for name in names:
             tps[name].append(this[name])

@@ -1,0 +1,39 @@
+"""benchmarks/bench_policies.py: interleaved decode throughput, ``learned`` with named scorers side by side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import foresight
+from foresight.scorer import Scorer, ScorerConfig
+from tests.conftest import get_model, load_script
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "benchmarks" / "bench_policies.py"
+
+
+def test_named_scorers_are_timed_as_learned_variants(tmp_path):
+    model, _ = get_model("tiny-llama")
+    for name, hidden in (("narrow", 4), ("wide", 12)):
+        Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=hidden),
+               seed=0).save_pretrained(tmp_path / name)
+    out = tmp_path / "bench.json"
+    assert load_script("bench_policies.py").main([
+        "--model", "tiny-llama", "--policies", "streaming_llm", "--budget", "16", "--interval", "4",
+        "--new-tokens", "24", "--reps", "1", "--scorer", f"narrow={tmp_path / 'narrow'}",
+        "--scorer", f"wide={tmp_path / 'wide'}", "--out", str(out)]) == 0
+    rows = {r["policy"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(rows) == {"streaming_llm", "learned:narrow", "learned:wide"}
+    assert rows["learned:wide"]["observes_attention"] and rows["streaming_llm"]["ratio_vs_streaming_llm"] == 1.0
+
+
+def test_a_bad_scorer_option_is_one_line_and_exit_2(tmp_path):
+    for spec, why in (("no-equals-sign", "expected NAME=DIR"), ("=dir", "expected NAME=DIR"), ("a=x", "given twice")):
+        args = ["--scorer", spec] + (["--scorer", "a=y"] if spec == "a=x" else [])
+        res = subprocess.run([sys.executable, str(SCRIPT), "--model", "tiny-llama", *args,
+                              "--out", str(tmp_path / "b.json")], capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and why in res.stderr, res.stderr
+    assert not (tmp_path / "b.json").exists()
