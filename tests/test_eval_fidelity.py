@@ -376,8 +376,9 @@ def _fid_args(trace_dir, out, *extra):
             "--budget", "24", "--out", str(out), "--quiet", *extra]
 
 
-@pytest.mark.parametrize("change", [["--interval", "16"], ["--interval", "8", "--policy-arg", "random.seed=4"]],
-                         ids=["interval", "policy-arg"])
+@pytest.mark.parametrize("change", [["--interval", "16"], ["--interval", "8", "--policy-arg", "random.seed=4"],
+                                    ["--interval", "8", "--policy-arg", "random.seed=3", "--batch-size", "2"]],
+                         ids=["interval", "policy-arg", "batch-size"])
 def test_cli_refuses_the_finished_out_of_another_evaluation(trace_dir, tmp_path, capsys, monkeypatch, change):
     """A rerun into a --out holding another evaluation's finished results overwrote them without a word: now one
     line naming fidelity.json and the setting that differs, exit 2, before the model loads, the results untouched."""
@@ -392,8 +393,9 @@ def test_cli_refuses_the_finished_out_of_another_evaluation(trace_dir, tmp_path,
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "holds the results of another evaluation" in err[0]
     assert str(out / "fidelity.json") in err[0]
-    assert ("interval 8, this run 16" if "16" in change else 'policy_args {"full": {}, "random": {"seed": 3}}') \
-        in err[0]
+    want = {"interval": "interval 8, this run 16", "policy-arg": 'policy_args {"full": {}, "random": {"seed": 3}}',
+            "batch-size": "batch_size 1, this run 2"}
+    assert sum(w in err[0] for w in want.values()) == 1
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
 
 
@@ -432,3 +434,20 @@ def test_cli_compares_policy_args_with_the_records_of_older_runs(trace_dir, tmp_
     err = capsys.readouterr().err
     assert "random.seed 3, this run 4" in err and str(out / "fidelity.json") in err
     assert main(_fid_args(trace_dir, out, "--interval", "8", "--policy-arg", "random.seed=3")) == 0
+
+
+def test_cli_refuses_a_finished_out_of_another_model_fingerprint(trace_dir, tmp_path, capsys):
+    """The same arguments with another adapter (or other weights under one name) give another fingerprint, which is
+    known once the model loads: refused then, before any compute, the results untouched."""
+    from foresight.cli.commands.eval import _check_finished_out
+
+    out = tmp_path / "fid"
+    assert main(_fid_args(trace_dir, out, "--interval", "8")) == 0
+    settings = json.loads((out / "settings.json").read_text())
+    now = {k: settings[k] for k in ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks",
+                                    "scorer", "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype")}
+    _check_finished_out(out, now)  # before the model loads: the same evaluation
+    _check_finished_out(out, {**now, "fingerprint": settings["fingerprint"]})
+    other = {**settings["fingerprint"], "adapter": {"path": "some/adapter", "sha256": "0" * 64}}
+    with pytest.raises(ForesightError, match="fingerprint"):
+        _check_finished_out(out, {**now, "fingerprint": other})

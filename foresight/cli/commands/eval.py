@@ -71,9 +71,11 @@ def _check_trace_fingerprint(ds, model, source) -> None:
                          fix="replay them with the model that generated them (--model)")
 
 
-# settings.json keys a rerun into a finished --out must match (the rest are known only once the model loads)
+# settings.json keys a rerun into a finished --out must match; the fingerprint (model and adapter) is compared once
+# the model has loaded, and keys recorded only since session 33 are compared where the results record them
 FIDELITY_SAME = ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks", "scorer",
-                 "scorer_sha256", "golden", "policy_args")
+                 "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "fingerprint")
+RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype")
 
 
 def _shown(value) -> str:
@@ -89,8 +91,9 @@ def _shown(value) -> str:
 def _check_finished_out(out: Path, settings: dict) -> None:
     """Refuse an ``--out`` holding the finished results (``fidelity.json`` and its ``settings.json``) of another
     evaluation, which the run would overwrite; the same evaluation again is fine (it rewrites the same results).
-    ``scorer_sha256`` and ``policy_args`` are compared where recorded (runs before they were: the scorer by name, and
-    the policies' ``policy_config`` in the records, key by key for the keys this run sets)."""
+    Only the keys in ``settings`` are compared (the fingerprint in a second call, after the model loads);
+    ``RECORDED_LATER`` keys where the results record them, and ``policy_args``, for runs before it was recorded, as
+    the policies' ``policy_config`` in the records, key by key for the keys this run sets."""
     results = out / "fidelity.json"
     if not results.exists():
         return
@@ -103,7 +106,7 @@ def _check_finished_out(out: Path, settings: dict) -> None:
         raise ForesightError(f"--out {out}: {exc}; {fix}") from None
     now = json.loads(json.dumps(settings, default=str))  # as settings.json stores it
     for key in FIDELITY_SAME:
-        if key == "scorer_sha256" and key not in recorded:  # older runs record the scorer by name only
+        if key not in now or (key in RECORDED_LATER and key not in recorded):
             continue
         if key == "policy_args" and key not in recorded:  # written before policy_args was recorded
             for policy, given in now[key].items():
@@ -148,13 +151,16 @@ def run_fidelity(args) -> int:
     settings = {
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
-        "scorer_sha256": scorer_sha, "golden": args.golden, "policy_args": kwargs,
+        "scorer_sha256": scorer_sha, "golden": args.golden, "policy_args": kwargs, "batch_size": args.batch_size,
+        "ref_dtype": args.ref_dtype,
     }
     out = Path(args.out)
     _check_finished_out(out, settings)  # before the model loads: a finished --out of another evaluation is kept
     model, _ = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                     adapter=args.adapter)
     _check_trace_fingerprint(ds, model, args.traces)
+    settings["fingerprint"] = foresight.model_fingerprint(model)  # the adapter too, which no argument above shows
+    _check_finished_out(out, settings)
     factory = make_factory(model=model, scorer=args.scorer, golden=args.golden, interval=args.interval,
                            policy_kwargs=kwargs)
     skipped = []
@@ -181,7 +187,7 @@ def run_fidelity(args) -> int:
     )
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))
-    settings.update(fingerprint=foresight.model_fingerprint(model), skipped=skipped)
+    settings["skipped"] = skipped
     notes = [f"model `{args.model}`, {len(ds)} traces from `{args.traces}`", *skipped]
     for b in budgets:  # a trace of at most B + W + 1 tokens has no prediction after the first eviction
         counted = next((r["traces"] for r in records if r["budget"] == b), len(ds))
