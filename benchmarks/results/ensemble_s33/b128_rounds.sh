@@ -4,7 +4,8 @@
 # rounds 3 and 4 and the packaged scorer make a three-member ensemble like the B=64 one (run.sh). Then the same
 # decision as at B=64, fixed before any number: the ensemble is measured on session 31's validation traces against
 # the packaged scorer alone, sampled at the packaged T=0.003 and top-k, paired by problem.
-# About 3 h on 2 cores (labels 6 min, features 10, SL 13, each round 30-60). Every stage resumes when rerun.
+# About 1.5 h on 2 cores alone (session 33: labels 2 min, features 10, SL 5, rounds 11-25 min each). Every stage
+# resumes when rerun.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 E=runs/quality PY=.venv/bin/python O=${O:-runs/s33} SL=runs/quality/sl_B128_W32_prekey_seed1
