@@ -39,13 +39,13 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
         raise ForesightError(f"{spec!r}: expected FILE:STAGE, e.g. runs/q/quality.json:sl")
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{path}: not a readable quality.json or fidelity.json ({exc})") from None
     if isinstance(data, list):  # eval fidelity's output: the model is named by its settings.json
         settings = Path(path).with_name("settings.json")
         try:
             meta = json.loads(settings.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ForesightError(f"{settings}: a fidelity.json needs the settings.json written beside it ({exc})"
                                  ) from None
         if not isinstance(meta, dict) or "model" not in meta:
@@ -62,7 +62,28 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
     missing = [k for k in RECORD_KEYS if k not in found[0]]
     if missing:
         raise ForesightError(f"{path}: record {stage!r} has no {', '.join(missing)}")
+    _check_record_values(found[0], f"{path}: record {stage!r}")
     return data["meta"], found[0]
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_record_values(rec: dict, where: str) -> None:
+    """Refuse a record whose :data:`RECORD_KEYS` are not numbers (per-trace ratios: a non-empty object of
+    numbers), so a hand-edited or foreign file is one line, not a traceback in the arithmetic."""
+    if not isinstance(rec["tokens"], int) or isinstance(rec["tokens"], bool):
+        raise ForesightError(f"{where}: 'tokens' must be an integer, got {rec['tokens']!r}")
+    for k in ("ce_full", "loss_ratio", "mean_trace_ratio"):
+        if not _is_number(rec[k]):
+            raise ForesightError(f"{where}: {k!r} must be a number, got {rec[k]!r}")
+    ratios = rec["per_trace_ratio"]
+    if not isinstance(ratios, dict) or not ratios:
+        raise ForesightError(f"{where}: 'per_trace_ratio' must be a non-empty object of trace id -> ratio")
+    bad = next((t for t, v in ratios.items() if not _is_number(v)), None)
+    if bad is not None:
+        raise ForesightError(f"{where}: 'per_trace_ratio' of trace {bad!r} must be a number, got {ratios[bad]!r}")
 
 
 def load_gap_references(gap: str, budget: int, interval: int) -> tuple[dict, tuple[str, dict], tuple[str, dict]]:

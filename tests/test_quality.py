@@ -203,6 +203,27 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
         compare.compare(f"{new}:sl", f"{old}:sl_long", 64, 16)
 
 
+def test_compare_refuses_records_with_values_that_are_not_numbers_and_undecodable_files(tmp_path):
+    """A record whose ce_full, loss ratio or per-trace ratios were not numbers (or per_trace_ratio null or a list),
+    and a file that is not UTF-8, were tracebacks (TypeError, ValueError, UnicodeDecodeError) instead of one line."""
+    compare = _run_module("compare")
+    old = _quality_json(tmp_path / "old.json", "m", [_rec("sl", {"a": 1.2, "b": 1.3})])
+    good = _rec("sl", {"a": 1.1, "b": 1.3})
+    for i, (change, match) in enumerate((({"ce_full": "x"}, "'ce_full' must be a number"),
+                                         ({"tokens": "100"}, "'tokens' must be an integer"),
+                                         ({"loss_ratio": "1.1"}, "'loss_ratio' must be a number"),
+                                         ({"mean_trace_ratio": True}, "'mean_trace_ratio' must be a number"),
+                                         ({"per_trace_ratio": None}, "'per_trace_ratio' must be a non-empty"),
+                                         ({"per_trace_ratio": [1.1, 1.3]}, "'per_trace_ratio' must be a non-empty"),
+                                         ({"per_trace_ratio": {"a": "x", "b": 1.3}}, "of trace 'a' must be a number"))):
+        bad = _quality_json(tmp_path / f"bad{i}.json", "m", [{**good, **change}])
+        with pytest.raises(ForesightError, match=match):
+            compare.compare(f"{bad}:sl", f"{old}:sl", 16, 4)
+    (tmp_path / "latin.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ForesightError, match="latin.json: not a readable quality.json"):
+        compare.compare(f"{tmp_path / 'latin.json'}:sl", f"{old}:sl", 16, 4)
+
+
 def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, capsys):
     """``eval fidelity``'s fidelity.json (model from its settings.json) pairs with a quality.json stage, and
     ``--gap`` gives each side's share of the heuristic -> golden gap of that run, checked by hand."""
