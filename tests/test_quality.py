@@ -331,6 +331,24 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
                    "--out", str(tmp_path / "missing" / "card.json")])
 
 
+def test_card_and_summarise_refuse_a_bad_policy_config_and_undecodable_files_in_one_line(tmp_path):
+    """A sampled stage whose policy_config temperature was not a number (or whose policy_config was not an object),
+    and a --reference or summarise file that is not UTF-8, were tracebacks (ValueError, TypeError,
+    UnicodeDecodeError)."""
+    card, summarise = _run_module("card"), _run_module("summarise")
+    for i, (cfg, match) in enumerate(((["selection", "temperature"], "no policy_config with selection"),
+                                      ({"selection": "sample", "temperature": "hot"}, "temperature must be a number"),
+                                      ({"selection": "sample", "temperature": None}, "temperature must be a number"))):
+        recs = [{**_rec("sl", {"a": 1.2, "b": 1.3}), "tokens": 100, "ce_full": 0.5, "policy_config": cfg}]
+        with pytest.raises(ForesightError, match=match):
+            card._selection(recs[0], f"s{i}.json:sl")
+    (tmp_path / "latin.json").write_bytes(b"\xff\xfe{}")
+    with pytest.raises(ForesightError, match="latin.json: not a readable quality.json"):
+        card._golden_and_best(str(tmp_path / "latin.json"), 16, 4)
+    with pytest.raises(ForesightError, match="latin.json: not a readable quality.json"):
+        summarise.main([str(tmp_path / "latin.json")])
+
+
 def test_card_takes_golden_and_best_from_a_reference_run_for_eval_fidelity_stages(tmp_path, capsys):
     card = _run_module("card")
     ratios = {"a": 1.2, "b": 1.3}

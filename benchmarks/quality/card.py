@@ -32,9 +32,12 @@ from foresight.errors import ForesightError, OneLineParser, run_script
 def _selection(record: dict, spec: str) -> tuple[str, float]:
     """(selection, temperature) the stage was measured with, from its record's resolved policy config."""
     cfg = record.get("policy_config") or {}
-    if "selection" not in cfg or "temperature" not in cfg:
+    if not isinstance(cfg, dict) or "selection" not in cfg or "temperature" not in cfg:
         raise ForesightError(f"{spec}: the record has no policy_config with selection and temperature")
-    return cfg["selection"], float(cfg["temperature"])
+    temperature = cfg["temperature"]
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
+        raise ForesightError(f"{spec}: policy_config temperature must be a number, got {temperature!r}")
+    return cfg["selection"], float(temperature)
 
 
 def _scorer_identity(meta: dict, stage: str, budget: int, interval: int) -> tuple[str | None, str | None]:
@@ -51,7 +54,7 @@ def _golden_and_best(run_file: str, budget: int, interval: int) -> tuple[dict, l
     """(meta, [golden, best heuristic]) of the quality benchmark run ``run_file`` at (budget, interval)."""
     try:
         data = json.loads(Path(run_file).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{run_file}: not a readable quality.json ({exc})") from None
     summaries = data.get("summaries", []) if isinstance(data, dict) else []
     summary = next((s for s in summaries if isinstance(s, dict)

@@ -24,7 +24,7 @@ def resummarise(path: Path, seed: int = 0) -> dict:
     """The run's data with its summaries recomputed from its records (same settings and stages, in order)."""
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{path}: not a readable quality.json ({exc})") from None
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("summaries", "records")):
         raise ForesightError(f"{path}: not a quality.json (no 'summaries' and 'records')")
