@@ -62,7 +62,7 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
     missing = [k for k in RECORD_KEYS if k not in found[0]]
     if missing:
         raise ForesightError(f"{path}: record {stage!r} has no {', '.join(missing)}")
-    _check_record_values(found[0], f"{path}: record {stage!r}")
+    check_record_values(found[0], f"{path}: record {stage!r}")
     return data["meta"], found[0]
 
 
@@ -70,14 +70,16 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_record_values(rec: dict, where: str) -> None:
-    """Refuse a record whose :data:`RECORD_KEYS` are not numbers (per-trace ratios: a non-empty object of
-    numbers), so a hand-edited or foreign file is one line, not a traceback in the arithmetic."""
-    if not isinstance(rec["tokens"], int) or isinstance(rec["tokens"], bool):
+def check_record_values(rec: dict, where: str) -> None:
+    """Refuse a record whose :data:`RECORD_KEYS` (those it has) are not numbers (per-trace ratios: a non-empty
+    object of numbers), so a hand-edited or foreign file is one line, not a traceback in the arithmetic."""
+    if "tokens" in rec and (not isinstance(rec["tokens"], int) or isinstance(rec["tokens"], bool)):
         raise ForesightError(f"{where}: 'tokens' must be an integer, got {rec['tokens']!r}")
     for k in ("ce_full", "loss_ratio", "mean_trace_ratio"):
-        if not _is_number(rec[k]):
+        if k in rec and not _is_number(rec[k]):
             raise ForesightError(f"{where}: {k!r} must be a number, got {rec[k]!r}")
+    if "per_trace_ratio" not in rec:
+        return
     ratios = rec["per_trace_ratio"]
     if not isinstance(ratios, dict) or not ratios:
         raise ForesightError(f"{where}: 'per_trace_ratio' must be a non-empty object of trace id -> ratio")

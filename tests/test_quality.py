@@ -442,6 +442,26 @@ def test_card_and_summarise_refuse_malformed_quality_json_in_one_line(tmp_path):
             summarise.main([str(tmp_path / "q.json")])
 
 
+def test_summarise_refuses_non_numeric_records_stages_without_names_and_no_summaries(tmp_path):
+    """Records whose ratios were not numbers and a summary stage without its 'stage' name were tracebacks
+    (ValueError, TypeError); a quality.json with no summaries printed nothing and exited 0; a stage with no record
+    did not name the file."""
+    summarise = _run_module("summarise")
+    good = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec("sl", {"a": 1.2, "b": 1.3}), _rec("h2o", {"a": 1.5, "b": 1.6})]
+    summary = {"budget": 16, "interval": 4, "stages": [{"stage": "sl"}]}
+    for i, (records, summaries, match) in enumerate((
+            ([good[0], {**good[1], "per_trace_ratio": {"a": "x", "b": 1.3}}, good[2]], [summary],
+             r"record 1 \('sl'\): 'per_trace_ratio' of trace 'a' must be a number"),
+            ([good[0], {**good[1], "per_trace_ratio": None}, good[2]], [summary], "'per_trace_ratio' must be a non-empty"),
+            ([*good[:2], {**good[2], "loss_ratio": "x"}], [summary], "'loss_ratio' must be a number"),
+            (good, [{**summary, "stages": [{}]}], "each with its 'stage' name"),
+            (good, [], "no summaries to recompute"),
+            (good, [{**summary, "stages": [{"stage": "grpo"}]}], r"q3?\d?.json: B=16 W=4: .*no fidelity record for grpo"))):
+        (tmp_path / f"q{i}.json").write_text(json.dumps({"summaries": summaries, "records": records}))
+        with pytest.raises(ForesightError, match=match):
+            summarise.main([str(tmp_path / f"q{i}.json")])
+
+
 def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, capsys):
     summarise = _run_module("summarise")
     recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]

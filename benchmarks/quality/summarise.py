@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from evaluation.quality import quality_markdown, quality_summary
+from evaluation.quality import check_record_values, quality_markdown, quality_summary
 from foresight.errors import ForesightError, OneLineParser, run_script
 
 #: what :func:`evaluation.quality.quality_summary` reads of each record
@@ -32,15 +32,22 @@ def resummarise(path: Path, seed: int = 0) -> dict:
         missing = [k for k in SUMMARY_KEYS if not isinstance(r, dict) or k not in r]
         if missing:
             raise ForesightError(f"{path}: record {i} has no {', '.join(missing)}")
+        check_record_values(r, f"{path}: record {i} ({r['policy']!r})")
+    if not data["summaries"]:
+        raise ForesightError(f"{path}: no summaries to recompute (a quality.json lists one per setting)")
     if not all(isinstance(old, dict) and isinstance(old.get("stages", []), list)
-               and all(isinstance(st, dict) for st in old.get("stages", [])) for old in data["summaries"]):
-        raise ForesightError(f"{path}: a summary is not an object with a list of 'stages'")
+               and all(isinstance(st, dict) and isinstance(st.get("stage"), str) for st in old.get("stages", []))
+               for old in data["summaries"]):
+        raise ForesightError(f"{path}: a summary is not an object with a list of 'stages' (each with its 'stage' name)")
     summaries = []
     for old in data["summaries"]:
         setting = (old.get("budget"), old.get("interval"))
         records = [r for r in data["records"] if (r.get("budget"), r.get("interval")) == setting]
         stages = [st.get("stage") for st in old.get("stages", [])]
-        summaries.append(quality_summary(records, stages, seed=seed))
+        try:
+            summaries.append(quality_summary(records, stages, seed=seed))
+        except ForesightError as exc:  # name the file and the setting
+            raise ForesightError(f"{path}: B={setting[0]} W={setting[1]}: {exc}") from None
     return {**data, "summaries": summaries}
 
 
