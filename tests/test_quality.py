@@ -424,6 +424,32 @@ def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_
         scaling.main([str(tmp_path / "f.json"), *out])
 
 
+def test_scaling_refuses_non_numeric_summary_ratios_and_a_directory_out(tmp_path):
+    """A summary ratio that was a string was plotted as a category (golden's line, exit 0) or a traceback when
+    printed; --out naming a directory wrote DIR.png and said it wrote DIR; --out under a file was a traceback."""
+    scaling = _run_module("scaling")
+    recs = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec("h2o", {"a": 1.2, "b": 1.3}), _rec("sl_10", {"a": 1.1, "b": 1.2})]
+    for r in recs:
+        r.update(tokens=100, ce_full=0.5)
+    summary = quality_summary(recs, ["sl_10"])
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"meta": {"model": "m"}, "records": recs, "summaries": [summary]}))
+    bad_golden = json.loads(json.dumps(summary))
+    bad_golden["policies"]["golden"]["loss_ratio"] = "x"
+    bad_stage = json.loads(json.dumps(summary))
+    bad_stage["stages"][0]["loss_ratio"] = "x"
+    for name, s, match in (("g.json", bad_golden, "loss ratio of golden must be a number"),
+                           ("s.json", bad_stage, "loss ratio of sl_10 must be a number")):
+        (tmp_path / name).write_text(json.dumps({"meta": {"model": "m"}, "records": recs, "summaries": [s]}))
+        with pytest.raises(ForesightError, match=match):
+            scaling.main([str(tmp_path / name), "--out", str(tmp_path / "p.png")])
+    with pytest.raises(ForesightError, match="is a directory"):
+        scaling.main([str(good), "--out", str(tmp_path)])
+    assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
+    with pytest.raises(ForesightError, match="cannot write the plot"):
+        scaling.main([str(good), "--out", str(good / "p.png")])
+
+
 def test_card_and_summarise_refuse_malformed_quality_json_in_one_line(tmp_path):
     """A reference run without 'records' (or with records that are not objects) and a quality.json whose records
     lack the keys a summary reads were tracebacks (KeyError, AttributeError)."""

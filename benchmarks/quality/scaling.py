@@ -22,6 +22,13 @@ from foresight.errors import ForesightError, OneLineParser, run_script
 STAGE = re.compile(r"^(?P<label>.+)_(?P<n>\d+)$")
 
 
+def _number(value, path: str, name: str) -> float:
+    """A summary's ratio, refused unless a number (a string would be plotted as a category, or fail to print)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ForesightError(f"{path}: the summary's loss ratio of {name} must be a number, got {value!r}")
+    return value
+
+
 def collect(paths: list[str]) -> tuple[dict, dict[str, list[tuple[int, float, float]]]]:
     """The first run's summary (reference lines) and, per stage label, (N, pooled, mean per-trace) points. Every
     file must be a quality.json of one setting on the same model and held-out traces as the first (its golden
@@ -48,11 +55,14 @@ def collect(paths: list[str]) -> tuple[dict, dict[str, list[tuple[int, float, fl
                 else:
                     check_comparable(golden[1], golden[2], meta, rec, golden[0], f"{path}:golden")
                     same_traces(golden[2], rec, golden[0], f"{path}:golden")
+                for value, name in ((s["policies"]["golden"]["loss_ratio"], "golden"),
+                                    (s["policies"][s["best_heuristic"]]["loss_ratio"], s["best_heuristic"])):
+                    _number(value, path, name)
                 for st in s["stages"]:
                     m = STAGE.match(st["stage"])
                     if m:
-                        curves.setdefault(m["label"], []).append((int(m["n"]), st["loss_ratio"],
-                                                                  st["mean_trace_ratio"]))
+                        curves.setdefault(m["label"], []).append((int(m["n"]), _number(st["loss_ratio"], path, m[0]),
+                                                                  _number(st["mean_trace_ratio"], path, m[0])))
         except (KeyError, TypeError) as exc:
             raise ForesightError(f"{path}: not a quality.json summary (missing or malformed {exc})") from None
     if ref is None or not curves:
@@ -81,8 +91,10 @@ def main(argv=None) -> int:
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.is_dir():
+        raise ForesightError(f"--out {out}: is a directory; name the plot file, e.g. {out / 'scaling.png'}")
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=120)
     except (OSError, ValueError) as exc:
         raise ForesightError(f"--out {out}: cannot write the plot ({exc})") from None
