@@ -23,6 +23,7 @@ import json
 from pathlib import Path
 
 from evaluation.adapted import compare_adapters
+from evaluation.quality import check_record_values
 from foresight.config import check_output_file, read_json
 from foresight.errors import ForesightError, OneLineParser, run_script
 
@@ -40,6 +41,7 @@ def load_eval(path: str | Path) -> dict:
             missing = [k for k in RECORD_KEYS if not isinstance(rec, dict) or k not in rec]
             if missing:
                 raise ForesightError(f"{path}: a {kind} record has no {', '.join(missing)}")
+            check_record_values(rec, f"{path}: {kind} record {rec['policy']!r}")
     return data
 
 

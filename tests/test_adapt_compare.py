@@ -99,6 +99,11 @@ def _edit(path: Path, out: Path, change) -> Path:
     (lambda d: d["adapted"][0].update(policy="h2o"), "no 'learned' record"),
     (lambda d: d["base"][0].pop("tokens"), "a base record has no tokens"),
     (lambda d: d.pop("adapted"), "not an adapt_eval.py output"),
+    # values that are not numbers were tracebacks (TypeError, ValueError) in the arithmetic
+    (lambda d: d["adapted"][0].update(loss_ratio="x"), "adapted record 'learned': 'loss_ratio' must be a number"),
+    (lambda d: d["base"][0].update(ce_full="x"), "base record 'learned': 'ce_full' must be a number"),
+    (lambda d: d["adapted"][0].update(per_trace_ratio=None), "'per_trace_ratio' must be a non-empty object"),
+    (lambda d: d["adapted"][0]["per_trace_ratio"].update({IDS[0]: "x"}), f"of trace '{IDS[0]}' must be a number"),
 ])
 def test_measurements_that_do_not_belong_together_are_refused(evals, tmp_path, capsys, change, match):
     a, b = evals
