@@ -156,6 +156,19 @@ def markdown(res: dict) -> str:
     return head + body + tail
 
 
+def check_plot_file(path: str | Path | None) -> None:
+    """Refuse, before any work, a ``--plot`` file matplotlib would not write under its name: an unknown suffix
+    (a traceback after the tables were printed and the JSON written) or none (matplotlib writes ``PATH.png``)."""
+    if path is None:
+        return
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if Path(path).suffix.lstrip(".").lower() not in kinds:
+        raise ForesightError(f"--plot {path}: name the image with a suffix matplotlib writes "
+                             f"({', '.join(sorted(kinds))}), e.g. {Path(path).with_suffix('.png')}")
+
+
 def plot(res: dict, path: str | Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -189,6 +202,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     check_output_file(args.json, "--json")
     check_output_file(args.plot, "--plot")
+    check_plot_file(args.plot)
     res = compare(args.run_a, args.run_b, args.metric, args.seed)
     print(markdown(res), end="")
     if args.json:

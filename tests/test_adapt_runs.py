@@ -128,6 +128,11 @@ def test_bad_inputs_are_one_line_and_exit_2_before_anything_is_written(tmp_path,
     _fails([str(ra), str(rb)], capsys, "share 1 logged training step")
     _fails([str(ra), str(ra), "--metric", "accuracy"], capsys, "--metric 'accuracy'")
     _fails([str(ra), str(ra), "--plot", str(tmp_path / "nowhere" / "p.png")], capsys, "does not exist")
+    # an unknown suffix was a traceback after the JSON was written; none wrote p.png instead of the file named
+    for name in ("p.txt", "p"):
+        _fails([str(ra), str(ra), "--plot", str(tmp_path / name), "--json", str(tmp_path / "r.json")], capsys,
+               "name the image with a suffix matplotlib writes")
+        assert not (tmp_path / "r.json").exists() and not (tmp_path / "p.png").exists()
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "metrics.jsonl").write_text("")
