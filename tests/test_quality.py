@@ -426,7 +426,8 @@ def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_
 
 def test_scaling_refuses_non_numeric_summary_ratios_and_a_directory_out(tmp_path):
     """A summary ratio that was a string was plotted as a category (golden's line, exit 0) or a traceback when
-    printed; --out naming a directory wrote DIR.png and said it wrote DIR; --out under a file was a traceback."""
+    printed; --out naming a directory (or with no suffix) wrote DIR.png and said it wrote DIR; --out under a file
+    was a traceback."""
     scaling = _run_module("scaling")
     recs = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec("h2o", {"a": 1.2, "b": 1.3}), _rec("sl_10", {"a": 1.1, "b": 1.2})]
     for r in recs:
@@ -448,6 +449,9 @@ def test_scaling_refuses_non_numeric_summary_ratios_and_a_directory_out(tmp_path
     assert not (tmp_path.parent / f"{tmp_path.name}.png").exists()
     with pytest.raises(ForesightError, match="cannot write the plot"):
         scaling.main([str(good), "--out", str(good / "p.png")])
+    with pytest.raises(ForesightError, match="name the plot with its format's suffix"):  # wrote p.png, said p
+        scaling.main([str(good), "--out", str(tmp_path / "p")])
+    assert not (tmp_path / "p.png").exists()
 
 
 def test_card_and_summarise_refuse_malformed_quality_json_in_one_line(tmp_path):

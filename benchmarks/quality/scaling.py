@@ -93,6 +93,8 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise ForesightError(f"--out {out}: is a directory; name the plot file, e.g. {out / 'scaling.png'}")
+    if not out.suffix:  # matplotlib would write OUT.png, not the file named
+        raise ForesightError(f"--out {out}: name the plot with its format's suffix, e.g. {out.with_suffix('.png')}")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out, dpi=120)
