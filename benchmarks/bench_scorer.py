@@ -11,6 +11,7 @@ feature set and width times the policy honestly. Its *quality* is meaningless: n
 
 from __future__ import annotations
 
+from foresight.config import check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, ScorerConfig
 
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
+    check_output_dir(args.out, "--out")
     like = Scorer.from_pretrained(args.like).config
     try:
         cfg = ScorerConfig(fingerprint=like.fingerprint, budget=args.budget, interval=args.interval,
@@ -31,7 +33,10 @@ def main(argv=None) -> int:
                                        "architecture_of": str(args.like), "seed": args.seed})
     except ValueError as exc:
         raise ForesightError(f"--budget/--interval: {exc}") from None
-    path = Scorer(cfg, seed=args.seed).save_pretrained(args.out)
+    try:
+        path = Scorer(cfg, seed=args.seed).save_pretrained(args.out)
+    except OSError as exc:
+        raise ForesightError(f"--out {args.out}: cannot write the scorer ({exc.strerror}: {exc.filename})") from None
     print(f"wrote an untrained {list(cfg.feature_set)} scorer (hidden {cfg.hidden}) at B={cfg.budget} "
           f"W={cfg.interval} to {path}")
     return 0
