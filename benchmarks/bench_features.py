@@ -12,11 +12,13 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+from pathlib import Path
 
 import torch
 
 import foresight.features as current
-from foresight.errors import OneLineParser, run_script
+from foresight.config import positive_int
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.views import EvictView, StepView
 
 
@@ -48,16 +50,18 @@ def run(mod, steps: int, layers: int, hkv: int, groups: int, d: int, budget: int
 
 def main() -> None:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--budget", type=int, default=256)
-    p.add_argument("--interval", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--steps", type=positive_int, default=400)
+    p.add_argument("--budget", type=positive_int, default=256)
+    p.add_argument("--interval", type=positive_int, default=64)
+    p.add_argument("--repeats", type=positive_int, default=2)
     p.add_argument("--compare", default=None, help="another features.py to time side by side")
     args = p.parse_args()
     torch.set_num_threads(1)
     versions = [("current", current)]
     if args.compare:
         spec = importlib.util.spec_from_file_location("features_compare", args.compare)
+        if not Path(args.compare).is_file() or spec is None:
+            raise ForesightError(f"--compare {args.compare}: not a Python file (a features.py to time)")
         other = importlib.util.module_from_spec(spec)
         sys.modules["features_compare"] = other
         spec.loader.exec_module(other)

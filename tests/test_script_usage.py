@@ -41,3 +41,21 @@ def test_split_refuses_a_file_as_its_output_dir(tmp_path):
     with pytest.raises(ForesightError, match="exists and is not a directory"):
         load_script("quality/split.py", "usage_split").main(str(target))
     assert target.read_text() == "not a directory"
+
+
+def test_bench_features_refuses_a_zero_count_and_a_missing_compare_file(tmp_path, monkeypatch, capsys):
+    """--steps 0 was a ZeroDivisionError after the run; --compare naming a missing or non-Python file was a
+    traceback from importlib."""
+    from foresight.errors import ForesightError
+
+    mod = load_script("bench_features.py", "usage_bench_features_values")
+    monkeypatch.setattr(sys, "argv", ["bench_features.py", "--steps", "0"])
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--steps" in err, err
+    (tmp_path / "f.json").write_text("{}")
+    for other in (tmp_path / "missing.py", tmp_path / "f.json"):
+        monkeypatch.setattr(sys, "argv", ["bench_features.py", "--steps", "1", "--repeats", "1", "--compare", str(other)])
+        with pytest.raises(ForesightError, match="not a Python file"):
+            mod.main()
