@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
 from training.event_files import load_events
@@ -30,10 +31,10 @@ from training.sl_features import FEATURE_CACHE_FORMAT
 def main() -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("cache", help="a feature-cache directory of packed .safetensors files")
-    p.add_argument("--files", type=int, default=40)
+    p.add_argument("--files", type=positive_int, default=40)
     p.add_argument("--features", default="prekey,value,attn,age")
-    p.add_argument("--batches", type=int, default=200)
-    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--batches", type=positive_int, default=200)
+    p.add_argument("--micro-batch", type=positive_int, default=8)
     args = p.parse_args()
     try:
         features = check_feature_set(args.features)

@@ -59,3 +59,15 @@ def test_bench_features_refuses_a_zero_count_and_a_missing_compare_file(tmp_path
         monkeypatch.setattr(sys, "argv", ["bench_features.py", "--steps", "1", "--repeats", "1", "--compare", str(other)])
         with pytest.raises(ForesightError, match="not a Python file"):
             mod.main()
+
+
+@pytest.mark.parametrize("flag", ["--files", "--batches", "--micro-batch"])
+def test_bench_packed_events_refuses_a_count_below_one(flag, tmp_path, monkeypatch, capsys):
+    """--batches 0 divided by the zero batches read after the whole conversion (ZeroDivisionError), a negative
+    --micro-batch failed in torch.randint: refused up front."""
+    mod = load_script("bench_packed_events.py", "usage_bench_packed_events_values")
+    monkeypatch.setattr(sys, "argv", ["bench_packed_events.py", str(tmp_path), flag, "0"])
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and f"argument {flag}: must be a positive integer" in err, err
