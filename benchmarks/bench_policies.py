@@ -26,8 +26,10 @@ from pathlib import Path
 import torch
 
 import foresight
+from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import POLICIES, make_policy, policy_names
+from foresight.schedule import CacheConfig
 from foresight.scorer import Scorer
 
 REFERENCE = "streaming_llm"
@@ -37,14 +39,16 @@ PROMPT = (
 )
 
 
-def default_policies() -> list[str]:
+def default_policies(budget: int | None = None, interval: int | None = None) -> list[str]:
+    """Every policy that runs without arguments (and, given B and W, takes that cache: paged needs W a multiple of
+    its block)."""
     names = []
     for name in policy_names():
         if POLICIES[name].replay_only:
             continue
         try:
-            make_policy(name)
-        except Exception:  # needs arguments (e.g. learned needs a scorer)
+            make_policy(name).check_cache(budget, interval)
+        except Exception:  # needs arguments (e.g. learned needs a scorer), or not this (B, W)
             continue
         names.append(name)
     return names
@@ -80,27 +84,44 @@ def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--policies", default=None, help="comma-separated names (default: every runnable policy)")
-    p.add_argument("--new-tokens", type=int, default=1024)
-    p.add_argument("--budget", type=int, default=256)
-    p.add_argument("--interval", type=int, default=64)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--reps", type=int, default=2)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--new-tokens", type=positive_int, default=1024)
+    p.add_argument("--budget", type=positive_int, default=256)
+    p.add_argument("--interval", type=positive_int, default=64)
+    p.add_argument("--batch", type=positive_int, default=1)
+    p.add_argument("--reps", type=positive_int, default=2)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None)
     p.add_argument("--scorer", action="append", default=[], metavar="NAME=DIR",
                    help="also time `learned` with this scorer, as learned:NAME (repeatable)")
     p.add_argument("--out", default="benchmarks/results/bench_policies.json")
     args = p.parse_args(argv)
+    # what would fail after the model load and the warm-up (or, for --out, after the whole benchmark) fails now
+    try:
+        CacheConfig(budget=args.budget, interval=args.interval)
+    except ValueError as exc:
+        raise ForesightError(f"--budget/--interval: {exc}") from None
+    if Path(args.out).is_dir():
+        raise ForesightError(f"--out {args.out}: is a directory; name the JSON file to write")
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    names = args.policies.split(",") if args.policies else default_policies()
+    names = args.policies.split(",") if args.policies else default_policies(args.budget, args.interval)
+    for name in names:
+        try:
+            make_policy(name).check_cache(args.budget, args.interval)  # e.g. paged needs W a multiple of its block
+        except (TypeError, ValueError) as exc:
+            raise ForesightError(f"--policies {name!r}: {exc}") from None
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
     paths = parse_scorers(args.scorer)
     names += list(paths)
     model, tok = foresight.load_model(args.model, device=args.device)
     scorers = {n: Scorer.from_pretrained(path, model=model) for n, path in paths.items()}  # checked, loaded once
+    for n, scorer in scorers.items():
+        try:
+            make_policy("learned", scorer=scorer).check_cache(args.budget, args.interval)
+        except ValueError as exc:
+            raise ForesightError(f"--scorer {n.split(':', 1)[1]}={paths[n]}: {exc}") from None
     prompt_ids = tok(PROMPT)["input_ids"]
     run_once(model, tok, prompt_ids, REFERENCE, argparse.Namespace(**{**vars(args), "new_tokens": 8}))  # warm-up
 
@@ -133,11 +154,14 @@ def main(argv=None) -> int:
         print(f"{r['policy']:14s} {r['tokens_per_s']:8.2f} {r['ratio_vs_streaming_llm']:9.3f}  "
               f"{'yes' if r['observes_attention'] else 'no'}")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {k: v for k, v in vars(args).items() if k != "out"}
     meta.update(threads=torch.get_num_threads(), torch=torch.__version__, machine=platform.machine(),
                 device=str(model.device))
-    out.write_text(json.dumps({"settings": meta, "results": rows}, indent=2))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"settings": meta, "results": rows}, indent=2))
+    except OSError as exc:
+        raise ForesightError(f"--out {out}: cannot write ({exc.strerror}: {exc.filename})") from None
     print(f"wrote {out}")
     return 0
 

@@ -37,3 +37,26 @@ def test_a_bad_scorer_option_is_one_line_and_exit_2(tmp_path):
                               "--out", str(tmp_path / "b.json")], capture_output=True, text=True, cwd=REPO)
         assert res.returncode == 2 and res.stderr.strip().count("\n") == 0 and why in res.stderr, res.stderr
     assert not (tmp_path / "b.json").exists()
+
+
+def test_what_would_fail_after_the_model_load_is_refused_before_it(tmp_path, capsys):
+    """An unknown --policies name, a policy that does not take (B, W) (paged at W=4), W >= B and an --out that is a
+    directory were tracebacks after the model load and warm-up (--out: after the whole benchmark); --reps 0 a
+    StatisticsError at the end. The default policy list leaves out what cannot run at (B, W)."""
+    import pytest
+
+    from foresight.errors import ForesightError
+
+    mod = load_script("bench_policies.py")
+    base = ["--model", "no-such-model", "--budget", "16", "--interval", "4", "--out", str(tmp_path / "b.json")]
+    for extra, match in ((["--policies", "h2o,nope"], "--policies 'nope': unknown policy"),
+                         (["--policies", "paged"], "--policies 'paged': paged: block_size"),
+                         (["--policies", "h2o", "--interval", "16"], "--budget/--interval: interval \\(16\\)"),
+                         (["--policies", "h2o", "--out", str(tmp_path)], "is a directory")):
+        with pytest.raises(ForesightError, match=match):
+            mod.main([*base, *extra])
+    with pytest.raises(SystemExit) as exc:
+        mod.main([*base, "--reps", "0"])
+    assert exc.value.code == 2 and "--reps: must be a positive integer" in capsys.readouterr().err
+    assert "paged" not in mod.default_policies(16, 4) and "paged" in mod.default_policies(256, 64)
+    assert not (tmp_path / "b.json").exists()
