@@ -17,6 +17,7 @@ import torch
 import transformers
 
 from evaluation.efficiency import bench_table, benchmark, write_bench
+from foresight.config import check_device, check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
 from foresight.policies import make_policy, policy_names
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="default: cuda if available")
     ap.add_argument("--out", default=None, help="directory for bench.json and bench.md")
     args = ap.parse_args(argv)
-    device = torch.device(args.device) if args.device else default_device()
+    device = torch.device(check_device(args.device, "--device")) if args.device else default_device()
+    check_output_dir(args.out, "--out")  # written after the benchmark
     dtype = default_dtype(device)
     names = [n for n in args.policies.split(",") if n and n != "full"]
     try:  # everything checked before the (large) model is built (CacheConfig refuses W >= B, as the scorer does)
@@ -82,6 +84,12 @@ def main(argv=None) -> int:
     unknown = [n for n in names if n not in policy_names() or n == "golden"]
     if unknown:
         raise ForesightError(f"--policies: unknown or replay-only {', '.join(unknown)}")
+    for name in names:  # a policy that does not take (B, W) (paged needs W a multiple of its block)
+        if name != "learned":
+            try:
+                make_policy(name).check_cache(args.budget, args.interval)
+            except (TypeError, ValueError) as exc:
+                raise ForesightError(f"--policies {name!r}: {exc}") from None
     like = Scorer.from_pretrained(LIKE).config  # the shipped scorers' feature set and width
     model, tok = random_model(args.shape, device, dtype)
     fingerprint = model_fingerprint(model)

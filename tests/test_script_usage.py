@@ -71,3 +71,19 @@ def test_bench_packed_events_refuses_a_count_below_one(flag, tmp_path, monkeypat
         mod.main()
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1 and f"argument {flag}: must be a positive integer" in err, err
+
+
+def test_bench_shape_refuses_a_bad_device_policy_or_out_before_building_the_model(tmp_path):
+    """--device nonsense was a RuntimeError traceback; paged at a W that is not a multiple of its block failed after
+    the model was built, and an --out that is a file after the whole benchmark."""
+    from foresight.errors import ForesightError
+
+    mod = load_script("bench_shape.py", "usage_bench_shape_values")
+    (tmp_path / "f").write_text("a file")
+    base = ["--shape", "smollm2-135m", "--budget", "64", "--interval", "8", "--policies", "h2o"]
+    for extra, match in ((["--device", "nonsense"], "--device: unknown device 'nonsense'"),
+                         (["--device", "cpu", "--policies", "h2o,paged"], "--policies 'paged': paged: block_size"),
+                         (["--device", "cpu", "--out", str(tmp_path / "f")], "exists and is not a directory")):
+        with pytest.raises(ForesightError, match=match):
+            mod.main([*base, *extra])
+    assert (tmp_path / "f").read_text() == "a file"
