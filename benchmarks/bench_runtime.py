@@ -16,7 +16,10 @@ import time
 import torch
 
 import foresight
-from foresight.errors import OneLineParser, run_script
+from foresight.config import check_output_file, positive_int
+from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.policies import make_policy
+from foresight.schedule import CacheConfig
 
 
 def _time(fn) -> float:
@@ -28,13 +31,28 @@ def _time(fn) -> float:
 def main() -> None:
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--new-tokens", type=int, default=256)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--new-tokens", type=positive_int, default=256)
+    ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--policy", default="full", help="policy for the foresight side (default full)")
-    ap.add_argument("--budget", type=int, default=None)
-    ap.add_argument("--interval", type=int, default=None)
+    ap.add_argument("--budget", type=positive_int, default=None)
+    ap.add_argument("--interval", type=positive_int, default=None)
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args()
+    # what would fail (or, without a budget, silently never evict) after the model load fails now
+    check_output_file(args.json, "--json")
+    if args.policy != "full" and args.budget is None:
+        raise ForesightError(f"--policy {args.policy}: needs --budget (without one the cache is unbounded and "
+                             "nothing is evicted)")
+    if args.interval is not None and args.budget is None:
+        raise ForesightError("--interval: needs --budget")
+    try:
+        cfg = CacheConfig(args.budget, args.interval)
+    except ValueError as exc:
+        raise ForesightError(f"--budget/--interval: {exc}") from None
+    try:
+        make_policy(args.policy).check_cache(cfg.budget, cfg.interval)
+    except (TypeError, ValueError) as exc:
+        raise ForesightError(f"--policy {args.policy}: {exc}") from None
 
     model, tok = foresight.load_model(args.model)
     prompt = tok.apply_chat_template(

@@ -87,3 +87,26 @@ def test_bench_shape_refuses_a_bad_device_policy_or_out_before_building_the_mode
         with pytest.raises(ForesightError, match=match):
             mod.main([*base, *extra])
     assert (tmp_path / "f").read_text() == "a file"
+
+
+def test_bench_runtime_refuses_what_would_fail_or_never_evict_after_the_model_load(tmp_path, monkeypatch, capsys):
+    """--repeats 0 (a StatisticsError), an unknown policy, W >= B, paged at a W its blocks do not divide and a
+    directory --json were tracebacks after the model load; --policy h2o without --budget ran with an unbounded cache
+    (nothing evicted) and reported it as h2o."""
+    from foresight.errors import ForesightError
+
+    mod = load_script("bench_runtime.py", "usage_bench_runtime_values")
+    base = ["bench_runtime.py", "--model", "no-such-model"]
+    monkeypatch.setattr(sys, "argv", [*base, "--repeats", "0"])
+    with pytest.raises(SystemExit) as exc:
+        mod.main()
+    assert exc.value.code == 2 and "--repeats: must be a positive integer" in capsys.readouterr().err
+    for extra, match in ((["--policy", "nope", "--budget", "16"], "--policy nope: unknown policy"),
+                         (["--policy", "h2o"], "needs --budget"),
+                         (["--interval", "4"], "--interval: needs --budget"),
+                         (["--policy", "h2o", "--budget", "16", "--interval", "16"], "must be smaller than budget"),
+                         (["--policy", "paged", "--budget", "64", "--interval", "8"], "paged: block_size"),
+                         (["--policy", "h2o", "--budget", "16", "--json", str(tmp_path)], "is a directory")):
+        monkeypatch.setattr(sys, "argv", [*base, *extra])
+        with pytest.raises(ForesightError, match=match):
+            mod.main()
