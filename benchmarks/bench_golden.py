@@ -84,13 +84,24 @@ def gib(x: float) -> str:
 
 
 def main() -> None:
+    from foresight.config import check_device, positive_int
+    from foresight.schedule import CacheConfig
+
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--tokens", type=int, default=4096)
-    ap.add_argument("--budget", type=int, default=256)
-    ap.add_argument("--interval", type=int, default=64)
+    ap.add_argument("--tokens", type=positive_int, default=4096)
+    ap.add_argument("--budget", type=positive_int, default=256)
+    ap.add_argument("--interval", type=positive_int, default=64)
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
+    check_device(args.device, "--device")
+    try:  # W >= B ran and timed a setting no policy can use
+        CacheConfig(args.budget, args.interval)
+    except ValueError as exc:
+        raise ForesightError(f"--budget/--interval: {exc}") from None
+    if args.tokens <= args.budget + args.interval:
+        raise ForesightError(f"--tokens {args.tokens}: must exceed B + W = {args.budget + args.interval} for an "
+                             "eviction event to label")
 
     import foresight
     from golden.oracle import block_attention, greedy_schedule

@@ -19,7 +19,7 @@ import time
 import torch
 
 import foresight
-from foresight.config import positive_int
+from foresight.config import check_output_file, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.runtime import FULL_PIECE
 from golden.traces import load_traces
@@ -50,6 +50,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=positive_int, default=3)
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
+    check_output_file(args.json, "--json")  # written after the whole benchmark
 
     seqs = _traces(args)
     model, _ = foresight.load_model(args.model)

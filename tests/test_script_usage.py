@@ -110,3 +110,24 @@ def test_bench_runtime_refuses_what_would_fail_or_never_evict_after_the_model_lo
         monkeypatch.setattr(sys, "argv", [*base, *extra])
         with pytest.raises(ForesightError, match=match):
             mod.main()
+
+
+def test_bench_golden_and_bench_replay_refuse_bad_settings_before_the_model_load(tmp_path, monkeypatch):
+    """bench_golden timed W >= B without a word (exit 0), --tokens 0 was an AttributeError and --device nonsense a
+    RuntimeError; bench_replay's --json naming a directory was an IsADirectoryError after the whole benchmark."""
+    from foresight.errors import ForesightError
+
+    golden = load_script("bench_golden.py", "usage_bench_golden_values")
+    for extra, match in ((["--budget", "16", "--interval", "16"], "must be smaller than budget"),
+                         (["--tokens", "20", "--budget", "16", "--interval", "4"], "--tokens 20: must exceed B \\+ W"),
+                         (["--device", "nonsense"], "--device: unknown device")):
+        monkeypatch.setattr(sys, "argv", ["bench_golden.py", "--model", "no-such-model", *extra])
+        with pytest.raises(ForesightError, match=match):
+            golden.main()
+    monkeypatch.setattr(sys, "argv", ["bench_golden.py", "--tokens", "0"])
+    with pytest.raises(SystemExit) as exc:
+        golden.main()
+    assert exc.value.code == 2
+    replay = load_script("bench_replay.py", "usage_bench_replay_values")
+    with pytest.raises(ForesightError, match="is a directory"):
+        replay.main(["--model", "no-such-model", "--json", str(tmp_path)])
