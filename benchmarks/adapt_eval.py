@@ -27,10 +27,11 @@ from pathlib import Path
 from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory, parse_policies, parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
-from foresight.config import nonnegative_int, positive_int
+from foresight.config import check_output_dir, nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import load_model
 from foresight.policies import make_policy
+from foresight.schedule import CacheConfig
 from foresight.scorer import resolve_scorer, scorer_sha256
 from training.adapt import base_model_traces, longer_than
 
@@ -107,9 +108,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     policies = parse_policies(args.policies)
     kwargs = parse_policy_args(args.policy_arg, policies)
+    try:  # W >= B (or sinks past B - W) failed in the first replay, after the model load
+        CacheConfig(args.budget, args.interval, args.sinks)
+    except ValueError as exc:
+        raise ForesightError(f"--budget/--interval/--sinks: {exc}") from None
+    check_output_dir(args.out, "--out")  # written after the whole evaluation
     for name in (p for p in policies if p != "learned"):  # learned is built (and checked) with its scorer below
         try:
-            make_policy(name, **kwargs[name])
+            make_policy(name, **kwargs[name]).check_cache(args.budget, args.interval)
         except (TypeError, ValueError) as exc:
             raise ForesightError(f"policy {name!r}: {exc}") from None
     meta = _check_inputs(args, policies)

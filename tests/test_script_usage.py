@@ -131,3 +131,20 @@ def test_bench_golden_and_bench_replay_refuse_bad_settings_before_the_model_load
     replay = load_script("bench_replay.py", "usage_bench_replay_values")
     with pytest.raises(ForesightError, match="is a directory"):
         replay.main(["--model", "no-such-model", "--json", str(tmp_path)])
+
+
+def test_adapt_eval_refuses_a_bad_cache_setting_or_out_before_reading_the_adapter(tmp_path):
+    """W >= B, sinks past B - W and paged at a W its blocks do not divide failed in the first replay, after the model
+    load; an --out that is a file after the whole evaluation."""
+    from foresight.errors import ForesightError
+
+    mod = load_script("adapt_eval.py", "usage_adapt_eval_values")
+    (tmp_path / "f").write_text("a file")
+    base = ["--adapter", str(tmp_path / "none"), "--traces", str(tmp_path / "none"), "--out", str(tmp_path / "o")]
+    for extra, match in ((["--policies", "h2o", "--budget", "16", "--interval", "16"], "must be smaller than budget"),
+                         (["--policies", "h2o", "--budget", "16", "--interval", "4", "--sinks", "13"], "sinks must be"),
+                         (["--policies", "paged", "--budget", "64", "--interval", "8"], "paged: block_size"),
+                         (["--policies", "h2o", "--budget", "16", "--interval", "4", "--out", str(tmp_path / "f")],
+                          "exists and is not a directory")):
+        with pytest.raises(ForesightError, match=match):
+            mod.main([*base, *extra])
