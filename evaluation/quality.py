@@ -59,6 +59,8 @@ def load_record(spec: str, budget: int, interval: int) -> tuple[dict, dict]:
     if not found:
         names = sorted({str(r.get("policy")) for r in data["records"]})
         raise ForesightError(f"{path}: no record {stage!r} at B={budget} W={interval} (has {', '.join(names)})")
+    if len(found) > 1:  # e.g. two runs' records merged by hand: which one a comparison used would be a guess
+        raise ForesightError(f"{path}: {len(found)} records {stage!r} at B={budget} W={interval}; keep one")
     missing = [k for k in RECORD_KEYS if k not in found[0]]
     if missing:
         raise ForesightError(f"{path}: record {stage!r} has no {', '.join(missing)}")

@@ -222,6 +222,10 @@ def test_compare_refuses_records_with_values_that_are_not_numbers_and_undecodabl
     (tmp_path / "latin.json").write_bytes(b"\xff\xfe{}")
     with pytest.raises(ForesightError, match="latin.json: not a readable quality.json"):
         compare.compare(f"{tmp_path / 'latin.json'}:sl", f"{old}:sl", 16, 4)
+    # two records of one stage at one (B, W) (files merged by hand): the first was used without a word
+    two = _quality_json(tmp_path / "two.json", "m", [good, {**good, "loss_ratio": 9.0}])
+    with pytest.raises(ForesightError, match="2 records 'sl' at B=16 W=4; keep one"):
+        compare.compare(f"{two}:sl", f"{old}:sl", 16, 4)
 
 
 def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, capsys):
