@@ -159,6 +159,18 @@ def test_benchmark_refuses_what_would_fail_after_the_replays_before_any(tmp_path
         assert exc.value.code == 2 and not out.exists()
 
 
+def test_benchmark_refuses_a_setting_with_w_not_below_b_before_the_model_load(tmp_path):
+    """--setting 16:16 (W >= B) or 0:4 and paged at a W its blocks do not divide were found only after the model
+    load: refused with the other argument checks now."""
+    run = _run_module()
+    base = ["--traces", str(tmp_path / "none"), "--out", str(tmp_path / "out"), "--policies", "tova"]
+    for setting, extra, match in (("16:16", [], "--setting 16:16: interval \\(16\\) must be smaller"),
+                                  ("0:4", [], "--setting 0:4: budget must be a positive integer"),
+                                  ("64:8", ["--policies", "tova,paged"], "policy 'paged': paged: block_size")):
+        with pytest.raises(ForesightError, match=match):
+            run.main([*base, "--setting", f"{setting}={tmp_path / 'golden'}", *extra])
+
+
 def _quality_json(path: Path, model: str, records: list[dict]) -> str:
     for r in records:
         r.setdefault("tokens", 100)

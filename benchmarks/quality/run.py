@@ -36,6 +36,7 @@ from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
 from foresight.models import load_model, model_fingerprint  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
+from foresight.schedule import CacheConfig  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
 
@@ -134,11 +135,18 @@ def main(argv=None) -> int:
     clash = sorted(set(stages) & {*policies, "golden"})
     if clash:
         raise ForesightError(f"--scorer: a stage may not be named like a policy ({', '.join(clash)})")
+    for b, w, _ in args.setting:  # W >= B failed only in the first replay, after the model load
+        try:
+            CacheConfig(b, w)
+        except ValueError as exc:
+            raise ForesightError(f"--setting {b}:{w}: {exc}") from None
     kwargs = parse_policy_args(args.policy_arg, [*stages, *policies])
     for name in [*policies, *stages]:  # unknown names and bad hyperparameters fail before any compute
         try:
             if name in policies:
-                make_policy(name, **kwargs[name])
+                policy = make_policy(name, **kwargs[name])
+                for b, w, _ in args.setting:  # e.g. paged needs W a multiple of its block
+                    policy.check_cache(b, w)
             else:
                 make_policy("learned", scorer=dirs[next(k for k in dirs if k[0] == name)], **kwargs[name])
         except (TypeError, ValueError) as exc:
