@@ -227,4 +227,4 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["check_comparable", "gap_share", "load_gap_references", "load_record", "paired_difference", "problem_of", "quality_markdown", "quality_summary", "same_traces"]
+__all__ = ["check_comparable", "check_record_values", "gap_share", "load_gap_references", "load_record", "paired_difference", "problem_of", "quality_markdown", "quality_summary", "same_traces"]

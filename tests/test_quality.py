@@ -445,7 +445,8 @@ def test_scaling_refuses_non_numeric_summary_ratios_and_a_directory_out(tmp_path
     printed; --out naming a directory (or with no suffix) wrote DIR.png and said it wrote DIR; --out under a file
     was a traceback."""
     scaling = _run_module("scaling")
-    recs = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec("h2o", {"a": 1.2, "b": 1.3}), _rec("sl_10", {"a": 1.1, "b": 1.2})]
+    recs = [_rec("golden", {"a": 1.0, "b": 1.1}), _rec("h2o", {"a": 1.2, "b": 1.3}),
+            _rec("sl_10", {"a": 1.1, "b": 1.2})]
     for r in recs:
         r.update(tokens=100, ce_full=0.5)
     summary = quality_summary(recs, ["sl_10"])
@@ -498,7 +499,8 @@ def test_summarise_refuses_non_numeric_records_stages_without_names_and_no_summa
     for i, (records, summaries, match) in enumerate((
             ([good[0], {**good[1], "per_trace_ratio": {"a": "x", "b": 1.3}}, good[2]], [summary],
              r"record 1 \('sl'\): 'per_trace_ratio' of trace 'a' must be a number"),
-            ([good[0], {**good[1], "per_trace_ratio": None}, good[2]], [summary], "'per_trace_ratio' must be a non-empty"),
+            ([good[0], {**good[1], "per_trace_ratio": None}, good[2]], [summary],
+             "'per_trace_ratio' must be a non-empty"),
             ([*good[:2], {**good[2], "loss_ratio": "x"}], [summary], "'loss_ratio' must be a number"),
             (good, [{**summary, "stages": [{}]}], "each with its 'stage' name"),
             (good, [], "no summaries to recompute"),

@@ -56,7 +56,8 @@ def test_bench_features_refuses_a_zero_count_and_a_missing_compare_file(tmp_path
     assert exc.value.code == 2 and err.count("\n") == 1 and "--steps" in err, err
     (tmp_path / "f.json").write_text("{}")
     for other in (tmp_path / "missing.py", tmp_path / "f.json"):
-        monkeypatch.setattr(sys, "argv", ["bench_features.py", "--steps", "1", "--repeats", "1", "--compare", str(other)])
+        monkeypatch.setattr(sys, "argv", ["bench_features.py", "--steps", "1", "--repeats", "1",
+                                          "--compare", str(other)])
         with pytest.raises(ForesightError, match="not a Python file"):
             mod.main()
 
