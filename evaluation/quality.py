@@ -169,6 +169,9 @@ def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int =
     missing = [n for n in ("golden", *learned) if n not in by_name]
     if missing:
         raise ForesightError(f"quality_summary: no fidelity record for {', '.join(missing)}")
+    for name, rec in by_name.items():  # every row of the table, not only the ones paired below, on golden's traces
+        if name != "golden" and "per_trace_ratio" in rec and "per_trace_ratio" in by_name["golden"]:
+            same_traces(by_name["golden"], rec, "golden", name)
     heuristics = [n for n in by_name if n not in REFERENCES and n not in learned]
     if not heuristics:
         raise ForesightError("quality_summary: no heuristic policy to compare against")

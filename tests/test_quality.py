@@ -525,3 +525,12 @@ def test_summarise_recomputes_old_summaries_from_unchanged_records(tmp_path, cap
     path.write_text(json.dumps({"meta": {}, "records": recs}))
     with pytest.raises(ForesightError, match="not a quality.json"):
         summarise.main([str(path)])
+
+
+def test_quality_summary_refuses_a_heuristic_measured_on_other_traces():
+    """A heuristic that is not the best one, measured on other traces (a hand-merged file), was put in the table
+    beside the others without a word; only the best heuristic and the learned stages were checked."""
+    recs = [_rec("golden", {"a": 1.0, "b": 1.0}), _rec("h2o", {"a": 1.2, "b": 1.4}), _rec("sl", {"a": 1.1, "b": 1.3})]
+    assert quality_summary([*recs, _rec("tova", {"a": 1.5, "b": 1.6})], ["sl"])["best_heuristic"] == "h2o"
+    with pytest.raises(ForesightError, match="golden and tova were measured on different traces"):
+        quality_summary([*recs, _rec("tova", {"a": 1.5, "c": 1.6})], ["sl"])
