@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -451,3 +453,20 @@ def test_cli_refuses_a_finished_out_of_another_model_fingerprint(trace_dir, tmp_
     other = {**settings["fingerprint"], "adapter": {"path": "some/adapter", "sha256": "0" * 64}}
     with pytest.raises(ForesightError, match="fingerprint"):
         _check_finished_out(out, {**now, "fingerprint": other})
+
+
+def test_cli_reruns_into_its_out_with_the_traces_spelled_another_way(trace_dir, tmp_path, capsys, monkeypatch):
+    """The traces were compared as typed: the same folder given relative and then absolute was refused as another
+    evaluation. Spellings of one folder are the same evaluation; another folder is still refused."""
+    out = tmp_path / "fid"
+    monkeypatch.chdir(trace_dir.parent)
+    assert main(_fid_args(Path(trace_dir.name), out, "--interval", "8")) == 0
+    first = json.loads((out / "fidelity.json").read_text())
+    assert main(_fid_args(trace_dir.resolve(), out, "--interval", "8")) == 0
+    assert main(_fid_args(f"./{trace_dir.name}/", out, "--interval", "8")) == 0
+    assert json.loads((out / "fidelity.json").read_text()) == first
+    capsys.readouterr()
+    other = tmp_path / "other_traces"
+    shutil.copytree(trace_dir, other)
+    assert main(_fid_args(other, out, "--interval", "8")) == 2
+    assert "traces" in capsys.readouterr().err

@@ -88,6 +88,11 @@ def _shown(value) -> str:
     return str(value)
 
 
+def _same_folder(a, b) -> bool:
+    """Two spellings of one trace folder (relative and absolute, ``./`` or a trailing slash), resolved from here."""
+    return isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve()
+
+
 def _check_finished_out(out: Path, settings: dict) -> None:
     """Refuse an ``--out`` holding the finished results (``fidelity.json`` and its ``settings.json``) of another
     evaluation, which the run would overwrite; the same evaluation again is fine (it rewrites the same results).
@@ -118,7 +123,7 @@ def _check_finished_out(out: Path, settings: dict) -> None:
                                 f"--out {out} holds the results of another evaluation ({results}: {policy}.{k} "
                                 f"{_shown(cfg[k])}, this run {_shown(v)}); {fix}")
             continue
-        if recorded.get(key) != now[key]:
+        if recorded.get(key) != now[key] and not (key == "traces" and _same_folder(recorded.get(key), now[key])):
             raise ForesightError(f"--out {out} holds the results of another evaluation ({where}: {key} "
                                  f"{_shown(recorded.get(key))}, this run {_shown(now[key])}); {fix}")
 
