@@ -4,7 +4,8 @@
 # folder's run.sh), each alone on session 31's validation traces, top-k and sampled at the packaged temperature
 # (B=128 T=0.003, B=64 T=0.005), paired by problem against the packaged scorer's runs of the time (B=128: the
 # packaged scorer in temperature_s31's sweep; B=64: the packaged avg3 in ../ensemble_s33).
-# BUDGET=128 (default) or 64. About 12 min on 2 cores alone. Outputs under $O (default runs/s34); rerun to resume.
+# BUDGET=128 (default) or 64. About 12 min on 2 cores alone. Outputs under $O (default runs/s34; committed copies in
+# alone/); rerun to resume.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 E=runs/quality PY=.venv/bin/python O=${O:-runs/s34} B=${BUDGET:-128}
