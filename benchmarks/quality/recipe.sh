@@ -54,12 +54,7 @@ two_ranks $PY -m foresight golden --traces $E/train_traces --out $E/golden_train
     --budget $B --interval $W --no-progress
 stamp "SL + $ROUNDS DAgger rounds"
 SL=$E/sl_B${B}_W${W}${TAG}
-resume=""; { [ -f $SL/rounds/dagger.json ] || [ -d $SL/checkpoints ]; } && resume="--resume"
-DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port 29811 \
-    -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B${B}_W${W} \
-    budget=$B interval=$W heldout=8 steps=$STEPS eval_fidelity=false replay_batch_size=4 \
-    feature_set=[$FEATURES] pair_weight=gap dagger_rounds=$ROUNDS dagger_beta=0.5 \
-    feature_cache=$E/features out_dir=$SL $resume
+E=$E PY=$PY bash benchmarks/quality/train_sl.sh $B $W $SL steps=$STEPS "feature_set=[$FEATURES]" dagger_rounds=$ROUNDS
 stamp "quality benchmark"
 if [ "$ROUNDS" = 0 ]; then stages="--scorer sl=$SL/scorer"  # plain SL writes no rounds/
 else stages="--scorer sl=$SL/rounds/round-0/scorer --scorer dagger=$SL/scorer"; fi

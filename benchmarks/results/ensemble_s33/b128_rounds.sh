@@ -19,12 +19,7 @@ two_ranks() { RANK=0 WORLD_SIZE=2 "$@" & local p0=$!; RANK=1 WORLD_SIZE=2 "$@" &
 stamp "golden labels B=128 W=32"
 two_ranks $PY -m foresight golden --traces $E/train_traces --out $E/golden_train_B128_W32 --budget 128 --interval 32 --no-progress
 stamp "SL + 4 DAgger rounds, seed 1"
-resume=""; { [ -f $SL/rounds/dagger.json ] || [ -d $SL/checkpoints ]; } && resume="--resume"
-[ -f $SL/scorer/config.json ] || DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port 29813 \
-    -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B128_W32 \
-    budget=128 interval=32 heldout=8 steps=2400 seed=1 eval_fidelity=false replay_batch_size=4 \
-    feature_set=[prekey,value,attn,age] pair_weight=gap dagger_rounds=4 dagger_beta=0.5 \
-    feature_cache=$E/features out_dir=$SL $resume
+[ -f $SL/scorer/config.json ] || E=$E PY=$PY PORT=29813 bash benchmarks/quality/train_sl.sh 128 32 $SL seed=1 dagger_rounds=4
 stamp "ensemble and validation"
 mkdir -p $O
 [ -f $O/avg3_b128/config.json ] || $PY benchmarks/average_scorers.py --out $O/avg3_b128 $P \

@@ -20,12 +20,7 @@ for f in $E/train_traces/plan.json $E/golden_train_B64_W16/plan.json $R/round-3/
 done
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 stamp "SL + 4 DAgger rounds, seed 1"
-resume=""; { [ -f $SL/rounds/dagger.json ] || [ -d $SL/checkpoints ]; } && resume="--resume"
-[ -f $SL/scorer/config.json ] || DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port 29814 \
-    -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B64_W16 \
-    budget=64 interval=16 heldout=8 steps=2400 seed=1 eval_fidelity=false replay_batch_size=4 \
-    feature_set=[prekey,value,attn,age] pair_weight=gap dagger_rounds=4 dagger_beta=0.5 \
-    feature_cache=$E/features out_dir=$SL $resume
+[ -f $SL/scorer/config.json ] || E=$E PY=$PY PORT=29814 bash benchmarks/quality/train_sl.sh 64 16 $SL seed=1 dagger_rounds=4
 stamp "ensemble and validation"
 mkdir -p $O
 [ -f $O/avg5/config.json ] || $PY benchmarks/average_scorers.py --out $O/avg5 $P $R/round-3/scorer $R/round-4/scorer \
