@@ -81,6 +81,15 @@ def init_distributed(device: str | None = None) -> DistInfo:
     return DistInfo(rank, world, local_rank, dev)
 
 
+def shutdown_distributed() -> None:
+    """End a multi-rank run cleanly: the ranks leave together and the process group is destroyed. A gloo group
+    left to the interpreter's exit can abort a rank ("terminate called without an active exception", exit -6)
+    after its work is done. Single-process runs (and in-process tests) keep their group."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def load_ds_config(path: str | Path, *, micro_batch: int, grad_clip: float, world_size: int) -> dict:
     """Read a DeepSpeed JSON config and fill in the values our trainer config owns.
 

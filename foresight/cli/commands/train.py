@@ -40,11 +40,13 @@ def build_config(spec, config_path: str | None, overrides: list[str]):
 
 
 def run(args) -> int:
+    from training.distributed import shutdown_distributed
     from training.registry import TRAINERS
 
     spec = TRAINERS[args.trainer]
     cfg = build_config(spec, args.config, args.overrides)
     summary = spec.run(cfg, resume=args.resume)
+    shutdown_distributed()  # on success only: after a rank's error the others would wait at its barrier
     if summary is not None and summary.get("eval"):
         print(json.dumps(summary["eval"], indent=2, default=str))
     return 0
