@@ -31,7 +31,7 @@ from foresight.config import check_output_dir, nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import load_model
 from foresight.policies import make_policy
-from foresight.schedule import CacheConfig
+from foresight.schedule import cache_config_arg
 from foresight.scorer import resolve_scorer, scorer_sha256
 from training.adapt import base_model_traces, longer_than
 
@@ -108,10 +108,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     policies = parse_policies(args.policies)
     kwargs = parse_policy_args(args.policy_arg, policies)
-    try:  # W >= B (or sinks past B - W) failed in the first replay, after the model load
-        CacheConfig(args.budget, args.interval, args.sinks)
-    except ValueError as exc:
-        raise ForesightError(f"--budget/--interval/--sinks: {exc}") from None
+    # W >= B (or sinks past B - W) failed in the first replay, after the model load
+    cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
     check_output_dir(args.out, "--out")  # written after the whole evaluation
     for name in (p for p in policies if p != "learned"):  # learned is built (and checked) with its scorer below
         try:

@@ -85,7 +85,7 @@ def gib(x: float) -> str:
 
 def main() -> None:
     from foresight.config import check_device, positive_int
-    from foresight.schedule import CacheConfig
+    from foresight.schedule import cache_config_arg
 
     ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -95,10 +95,7 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     args = ap.parse_args()
     check_device(args.device, "--device")
-    try:  # W >= B ran and timed a setting no policy can use
-        CacheConfig(args.budget, args.interval)
-    except ValueError as exc:
-        raise ForesightError(f"--budget/--interval: {exc}") from None
+    cache_config_arg(args.budget, args.interval)  # W >= B ran and timed a setting no policy can use
     if args.tokens <= args.budget + args.interval:
         raise ForesightError(f"--tokens {args.tokens}: must exceed B + W = {args.budget + args.interval} for an "
                              "eviction event to label")

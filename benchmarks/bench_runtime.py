@@ -19,7 +19,7 @@ import foresight
 from foresight.config import check_output_file, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import make_policy
-from foresight.schedule import CacheConfig
+from foresight.schedule import cache_config_arg
 
 
 def _time(fn) -> float:
@@ -45,10 +45,7 @@ def main() -> None:
                              "nothing is evicted)")
     if args.interval is not None and args.budget is None:
         raise ForesightError("--interval: needs --budget")
-    try:
-        cfg = CacheConfig(args.budget, args.interval)
-    except ValueError as exc:
-        raise ForesightError(f"--budget/--interval: {exc}") from None
+    cfg = cache_config_arg(args.budget, args.interval)
     try:
         make_policy(args.policy).check_cache(cfg.budget, cfg.interval)
     except (TypeError, ValueError) as exc:

@@ -21,7 +21,7 @@ from foresight.config import check_device, check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
 from foresight.policies import make_policy, policy_names
-from foresight.schedule import CacheConfig
+from foresight.schedule import cache_config_arg
 from foresight.scorer import Scorer, ScorerConfig
 
 #: Published configurations (layers, widths, heads, vocabulary, RoPE base) of the models the README names.
@@ -75,10 +75,8 @@ def main(argv=None) -> int:
     check_output_dir(args.out, "--out")  # written after the benchmark
     dtype = default_dtype(device)
     names = [n for n in args.policies.split(",") if n and n != "full"]
-    try:  # everything checked before the (large) model is built (CacheConfig refuses W >= B, as the scorer does)
-        CacheConfig(args.budget, args.interval)
-    except ValueError as exc:
-        raise ForesightError(f"--budget/--interval: {exc}") from None
+    # everything checked before the (large) model is built (CacheConfig refuses W >= B, as the scorer does)
+    cache_config_arg(args.budget, args.interval)
     if min(args.new_tokens, args.batch_size, args.repeats) <= 0:
         raise ForesightError("--new-tokens, --batch-size and --repeats must be positive")
     unknown = [n for n in names if n not in policy_names() or n == "golden"]

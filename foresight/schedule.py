@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from foresight.errors import ForesightError
+
 
 @dataclass(frozen=True)
 class CacheConfig:
@@ -43,6 +45,16 @@ class CacheConfig:
             raise ValueError(f"sinks must be an integer, got {self.sinks!r}")
         if self.sinks < 0 or self.sinks > self.budget - self.interval:
             raise ValueError(f"sinks must be in [0, budget - interval], got {self.sinks}")
+
+
+def cache_config_arg(budget: int | None, interval: int | None, sinks: int = 0,
+                     flags: str = "--budget/--interval") -> CacheConfig:
+    """:class:`CacheConfig` of command-line values; a bad combination (W >= B, sinks past B - W) is a one-line user
+    error naming ``flags``, raised before any model is loaded."""
+    try:
+        return CacheConfig(budget, interval, sinks)
+    except ValueError as exc:
+        raise ForesightError(f"{flags}: {exc}") from None
 
 
 def next_event(fed: int, budget: int | None, interval: int | None, offset: int = 0) -> int | None:

@@ -36,7 +36,7 @@ from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
 from foresight.models import load_model, model_fingerprint  # noqa: E402
 from foresight.policies import make_policy  # noqa: E402
-from foresight.schedule import CacheConfig  # noqa: E402
+from foresight.schedule import cache_config_arg  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
 
@@ -136,10 +136,7 @@ def main(argv=None) -> int:
     if clash:
         raise ForesightError(f"--scorer: a stage may not be named like a policy ({', '.join(clash)})")
     for b, w, _ in args.setting:  # W >= B failed only in the first replay, after the model load
-        try:
-            CacheConfig(b, w)
-        except ValueError as exc:
-            raise ForesightError(f"--setting {b}:{w}: {exc}") from None
+        cache_config_arg(b, w, flags=f"--setting {b}:{w}")
     kwargs = parse_policy_args(args.policy_arg, [*stages, *policies])
     for name in [*policies, *stages]:  # unknown names and bad hyperparameters fail before any compute
         try:
