@@ -83,6 +83,7 @@ def generate_traces(
     out_dir: str | Path,
     *,
     samples: int = 1,
+    first_sample: int = 0,
     max_new_tokens: int = 1024,
     temperature: float = 0.6,
     top_p: float = 0.95,
@@ -101,6 +102,11 @@ def generate_traces(
     samples, max_new_tokens, temperature, top_p, top_k, seed
         Sampling settings (``temperature=0`` decodes greedily). Each trace is sampled with its own generator
         seeded by :func:`trace_seed`.
+    first_sample
+        Index of the first sample: traces ``first_sample .. first_sample + samples - 1`` of each problem (ids
+        ``problem#index``, seeds from the index). With the same ``seed``, ``first_sample=1`` adds a second sample
+        of each problem to an existing one-sample set in another directory (the ids differ, so the two sets can
+        be trained on together) instead of resampling it.
     batch_size
         Traces generated together; also the size of one work unit / shard.
     template
@@ -113,6 +119,8 @@ def generate_traces(
     """
     check_sampling(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
                    top_k=top_k, batch_size=batch_size)
+    if isinstance(first_sample, bool) or not isinstance(first_sample, int) or first_sample < 0:
+        raise ForesightError(f"first_sample must be an integer >= 0, got {first_sample!r}")
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ForesightError("problem ids must be unique")
@@ -128,8 +136,10 @@ def generate_traces(
         "seed": seed,
         "template": template_text,
     }
+    if first_sample:  # recorded only when set, so that the sets made before it existed resume unchanged
+        settings["first_sample"] = first_sample
     fingerprint = model_fingerprint(model)
-    work = [(p, s) for p in problems for s in range(samples)]
+    work = [(p, s) for p in problems for s in range(first_sample, first_sample + samples)]
     units = [work[i : i + batch_size] for i in range(0, len(work), batch_size)]
     plan = {
         "kind": PLAN_KIND,
@@ -247,14 +257,33 @@ def _load_shard(path: Path):
                              f"{' '.join(str(exc).split())[:200]}); {_REDO}") from None
 
 
-def load_traces(path: str | Path):
+def load_traces(path: str | Path | Sequence[str | Path]):
     """Load the finished traces of ``path`` as one ``datasets.Dataset``, shards concatenated in plan order.
 
     ``path`` is a directory written by :func:`generate_traces` (``foresight trace``), or any dataset saved
-    with ``Dataset.save_to_disk`` that has the trace columns.
+    with ``Dataset.save_to_disk`` that has the trace columns; or a list of them, concatenated in order (e.g. a
+    second sample of each problem made with ``first_sample=1``), where a trace id found in two sets is refused.
     """
     import datasets  # lazy, see the note at the imports
 
+    if not isinstance(path, (str, Path)):
+        paths = list(path)
+        if not paths:
+            raise ForesightError("no trace directory given (an empty list)")
+        sets = [load_traces(p) for p in paths]
+        seen: dict[str, str] = {}
+        for p, ds in zip(paths, sets):
+            for t in ds["trace_id"]:
+                if t in seen:
+                    raise ForesightError(f"trace {t!r} is in both {seen[t]} and {p}: trace sets trained on together "
+                                         "must hold different traces (make more samples of a problem with `foresight "
+                                         "trace --first-sample`)")
+                seen[t] = str(p)
+        try:
+            return datasets.concatenate_datasets(sets)
+        except ValueError as exc:  # a saved dataset with other columns or types
+            raise ForesightError(f"the trace sets {', '.join(map(str, paths))} cannot be joined "
+                                 f"({' '.join(str(exc).split())[:200]})") from None
     path = Path(path)
     if not path.exists():
         raise ForesightError(f"trace directory not found: {path}")

@@ -136,6 +136,23 @@ def test_traces_columns_and_seed_determinism(tmp_path):
     assert _rows(d)["synthetic-2#1"] == _rows(a)["synthetic-2#1"]
 
 
+def test_first_sample_adds_the_next_samples_of_a_set(tmp_path):
+    # samples 1.. of a two-sample set, made on their own: same ids, seeds and tokens; sample 0 is not redone
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=2)
+    both = _rows(load_traces(generate_traces(model, tok, problems, tmp_path / "both", seed=1, **SETTINGS)))
+    settings = dict(SETTINGS, samples=1)
+    more = load_traces(generate_traces(model, tok, problems, tmp_path / "more", seed=1, first_sample=1, **settings))
+    assert more["trace_id"] == ["synthetic-0#1", "synthetic-1#1"] and more["sample"] == [1, 1]
+    assert _rows(more) == {t: ids for t, ids in both.items() if t.endswith("#1")}
+    assert json.loads(more[0]["settings"])["first_sample"] == 1
+    # a set made without it records no such key (the sets made before it existed resume unchanged)
+    assert "first_sample" not in json.loads(load_traces(tmp_path / "both")[0]["settings"])
+    with pytest.raises(ForesightError, match="first_sample"):
+        generate_traces(model, tok, problems, tmp_path / "bad", seed=1, first_sample=-1, **settings)
+    assert not (tmp_path / "bad").exists()
+
+
 def test_traces_rank_sharding_merges_deterministically(tmp_path, monkeypatch):
     model, tok = get_model("tiny-llama")
     problems = load_problems("synthetic", limit=4)

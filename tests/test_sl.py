@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import foresight
+from foresight.errors import ForesightError
 from training.loop import StepSampler, TrainerConfig, lr_lambda
 from training.ranking import evict_overlap, pairwise_hinge_loss, ranking_metrics
 from training.sl_config import SLConfig
@@ -167,8 +168,9 @@ def test_cli_reports_config_errors(capsys):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36) -> tuple[Path, Path]:
-    """``n`` random tiny-llama traces of ``base_len + 4 i`` tokens (problem ``p<i>``) and their golden labels."""
+def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36, sample: int = 0) -> tuple[Path, Path]:
+    """``n`` random tiny-llama traces of ``base_len + 4 i`` tokens (problem ``p<i>``, trace ``p<i>#<sample>``) and
+    their golden labels."""
     import datasets
 
     from golden.labels import save_labels
@@ -180,7 +182,7 @@ def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36) -> tup
     rows = []
     for i in range(n):
         ids = torch.randint(3, 250, (base_len + 4 * i,), generator=g).tolist()
-        rows.append(dict(trace_id=f"p{i}#0", problem_id=f"p{i}", sample=0, input_ids=ids, prompt_len=4, answer="",
+        rows.append(dict(trace_id=f"p{i}#{sample}", problem_id=f"p{i}", sample=sample, input_ids=ids, prompt_len=4, answer="",
                          settings="{}", fingerprint=fp))
     datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
     labels = [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in rows]
@@ -201,6 +203,27 @@ def _cfg(tiny_data, out, **kw) -> SLConfig:
                 deepspeed=str(REPO / "configs" / "deepspeed" / "zero0.json"))
     base.update(kw)
     return SLConfig.from_dict(base)
+
+
+def test_two_trace_sets_train_together_and_split_by_problem(tiny_data, tmp_path):
+    # a second sample of each problem in another set: both sets' traces are used, both samples of a held-out
+    # problem are held out; a trace in two sets, or labels of one trace in two label sets, is refused
+    from training.sl import SLData
+
+    more = _make_data(tmp_path, seed=1, sample=1)
+    out = tmp_path / "run"
+    data = SLData(_cfg(tiny_data, out, traces=[str(tiny_data[0]), str(more[0])],
+                       labels=[str(tiny_data[1]), str(more[1])]))
+    rows = data.train_rows + data.val_rows
+    assert sorted(r["trace_id"] for r in rows) == sorted(f"p{i}#{s}" for i in range(6) for s in (0, 1))
+    held = {r["problem_id"] for r in data.val_rows}
+    assert len(held) == 2 and len(data.val_rows) == 4
+    assert not held & {r["problem_id"] for r in data.train_rows}
+    assert held == {r["problem_id"] for r in SLData(_cfg(tiny_data, out)).val_rows}  # the same problems held out
+    with pytest.raises(ForesightError, match=r"'p0#0' is in both"):
+        SLData(_cfg(tiny_data, out, traces=[str(tiny_data[0]), str(tiny_data[0])]))
+    with pytest.raises(ForesightError, match=r"'p0#0' .*labelled in both"):
+        SLData(_cfg(tiny_data, out, labels=[str(tiny_data[1]), str(tiny_data[1])]))
 
 
 def test_gradients_reach_only_the_scorer(tiny_data):

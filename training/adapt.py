@@ -237,7 +237,7 @@ class AdaptTask:
                 "init_adapter": ({"path": str(cfg.init_adapter),
                                   "sha256": file_sha256(Path(cfg.init_adapter) / ADAPTER_WEIGHTS)}
                                  if cfg.init_adapter else None),
-                "traces": str(cfg.traces), "train_traces": [r["trace_id"] for r in self.train_rows],
+                "traces": cfg.traces, "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}
 
     def save_artefact(self, path: Path) -> Path:

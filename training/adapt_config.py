@@ -37,7 +37,7 @@ class AdaptConfig(TrainerConfig):
     log_every: int = 10
     model: str = "smollm2-135m"
     dtype: str | None = None
-    traces: str = ""
+    traces: str | list[str] = ""
     heldout_traces: str | None = None
     max_traces: int = 0
     heldout: float = 0.25

@@ -175,7 +175,7 @@ class GRPOTask:
         self.module.config.temperature = cfg.temperature  # the sampling distribution it is trained for
         self.module.config.provenance = {
             **sc.provenance, "grpo": {
-                "init_scorer": str(cfg.init_scorer), "traces": str(cfg.traces), "budget": self.budget,
+                "init_scorer": str(cfg.init_scorer), "traces": cfg.traces, "budget": self.budget,
                 "interval": self.interval, "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}}
 

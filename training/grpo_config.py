@@ -28,7 +28,7 @@ class GRPOConfig(TrainerConfig):
     log_every: int = 1
     model: str = "smollm2-135m"
     dtype: str | None = None
-    traces: str = ""
+    traces: str | list[str] = ""
     init_scorer: str = ""
     ref_scorer: str | None = None
     budget: int | None = None

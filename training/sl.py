@@ -66,9 +66,13 @@ class SLData:
 
     def __init__(self, cfg: SLConfig):
         ds = load_traces(cfg.traces)
-        labels = {}
+        labels, source = {}, {}
         for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
-            labels.update(load_labels(path, complete=True))  # not the traces labelled so far
+            for t, lab in load_labels(path, complete=True).items():  # not the traces labelled so far
+                if t in labels:  # one would silently replace the other
+                    raise ForesightError(f"trace {t!r} is labelled in both {source[t]} and {path}; give each "
+                                         "trace's labels once")
+                labels[t], source[t] = lab, path
         rows = [r for r in ds if r["trace_id"] in labels]
         if not rows:
             raise ForesightError(f"no trace of {cfg.traces} has labels in {cfg.labels}")
@@ -106,7 +110,7 @@ class SLTask:
             fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
             hidden=cfg.hidden, decay=cfg.decay,
             provenance={
-                "trainer": "sl", "traces": str(cfg.traces), "labels": cfg.labels,
+                "trainer": "sl", "traces": cfg.traces, "labels": cfg.labels,
                 "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows],
                 "steps": cfg.steps, **stamp(), "config": {k: v for k, v in asdict(cfg).items()},

@@ -24,7 +24,7 @@ class SLConfig(TrainerConfig):
     out_dir: str = "runs/sl"
     model: str = "smollm2-135m"
     dtype: str | None = None
-    traces: str = ""
+    traces: str | list[str] = ""
     labels: Any = ""
     budget: int = 128
     interval: int = 32

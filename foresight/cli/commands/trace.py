@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from foresight.cli.commands._common import add_model_args, add_sampling_filter_args, fill_sampling_filters
-from foresight.config import check_output_dir, nonempty_text, nonnegative_float, positive_int
+from foresight.config import check_output_dir, nonempty_text, nonnegative_float, nonnegative_int, positive_int
 
 
 TRACE_TOP_P, TRACE_TOP_K = 0.95, 20  # recorded in plan.json (a resumed run must record the same)
@@ -19,6 +19,9 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory (rerun the same command to resume)")
     p.add_argument("--limit", type=positive_int, default=None, help="first L problems only")
     p.add_argument("--samples", type=positive_int, default=1, help="traces per problem")
+    p.add_argument("--first-sample", type=nonnegative_int, default=0,
+                   help="index of the first sample (ids problem#K.., seeds from K): with the same --seed, K=1 adds a "
+                        "second sample of each problem to a one-sample set, in another --out")
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 decodes greedily")
     add_sampling_filter_args(p, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
@@ -57,6 +60,7 @@ def run(args) -> int:
         problems,
         args.out,
         samples=args.samples,
+        first_sample=args.first_sample,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         top_p=args.top_p,
