@@ -99,6 +99,9 @@ def main(argv=None) -> int:
     cache_config_arg(args.budget, args.interval)
     if Path(args.out).is_dir():
         raise ForesightError(f"--out {args.out}: is a directory; name the JSON file to write")
+    blocking = next((d for d in Path(args.out).parents if d.exists()), None)  # its folders are made at the end
+    if blocking is not None and not blocking.is_dir():
+        raise ForesightError(f"--out {args.out}: {blocking} is not a directory")
     if args.threads:
         torch.set_num_threads(args.threads)
 

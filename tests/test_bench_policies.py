@@ -41,8 +41,8 @@ def test_a_bad_scorer_option_is_one_line_and_exit_2(tmp_path):
 
 def test_what_would_fail_after_the_model_load_is_refused_before_it(tmp_path, capsys):
     """An unknown --policies name, a policy that does not take (B, W) (paged at W=4), W >= B and an --out that is a
-    directory were tracebacks after the model load and warm-up (--out: after the whole benchmark); --reps 0 a
-    StatisticsError at the end. The default policy list leaves out what cannot run at (B, W)."""
+    directory (or under a file) were tracebacks after the model load and warm-up (--out: after the whole benchmark);
+    --reps 0 a StatisticsError at the end. The default policy list leaves out what cannot run at (B, W)."""
     import pytest
 
     from foresight.errors import ForesightError
@@ -52,7 +52,10 @@ def test_what_would_fail_after_the_model_load_is_refused_before_it(tmp_path, cap
     for extra, match in ((["--policies", "h2o,nope"], "--policies 'nope': unknown policy"),
                          (["--policies", "paged"], "--policies 'paged': paged: block_size"),
                          (["--policies", "h2o", "--interval", "16"], "--budget/--interval: interval \\(16\\)"),
-                         (["--policies", "h2o", "--out", str(tmp_path)], "is a directory")):
+                         (["--policies", "h2o", "--out", str(tmp_path)], "is a directory"),
+                         (["--policies", "h2o", "--out", str(tmp_path / "f" / "sub" / "b.json")],
+                          "f is not a directory")):
+        (tmp_path / "f").write_text("a file where a folder of --out would be made")
         with pytest.raises(ForesightError, match=match):
             mod.main([*base, *extra])
     with pytest.raises(SystemExit) as exc:

@@ -171,6 +171,21 @@ def test_benchmark_refuses_a_setting_with_w_not_below_b_before_the_model_load(tm
             run.main([*base, "--setting", f"{setting}={tmp_path / 'golden'}", *extra])
 
 
+def test_benchmark_refuses_missing_golden_labels_before_the_model_load(tmp_path, monkeypatch):
+    """A --setting whose label directory is missing (or not a golden one) was found only after the model load."""
+    run = _run_module()
+    model, _ = get_model("tiny-llama")
+    save_random_traces(model, tmp_path / "traces", (40,), seed=5)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setattr(run, "load_model", lambda *a, **k: pytest.fail("loaded the model before refusing"))
+    base = ["--traces", str(tmp_path / "traces"), "--out", str(tmp_path / "out"), "--policies", "tova"]
+    for golden, match in (("nothere", r"--setting 16:4: golden label path not found: .*nothere"),
+                          ("empty", r"--setting 16:4: .*empty holds no golden labels")):
+        with pytest.raises(ForesightError, match=match):
+            run.main([*base, "--setting", f"16:4={tmp_path / golden}"])
+    assert not (tmp_path / "out").exists()
+
+
 def _quality_json(path: Path, model: str, records: list[dict]) -> str:
     for r in records:
         r.setdefault("tokens", 100)

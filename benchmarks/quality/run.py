@@ -30,7 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
-from evaluation.policies import make_factory, parse_policy_args  # noqa: E402
+from evaluation.policies import golden_factory, make_factory, parse_policy_args  # noqa: E402
 from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
 from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E402
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
@@ -161,6 +161,11 @@ def main(argv=None) -> int:
         traces = traces.select(range(min(args.max_traces, len(traces))))
     if len(traces) == 0:
         raise ForesightError(f"no held-out traces in {args.traces}")
+    for b, w, golden in args.setting:  # a missing or unfinished label dir failed only after the model load
+        try:
+            golden_factory(golden, w)(b)
+        except ForesightError as exc:
+            raise ForesightError(f"--setting {b}:{w}: {exc}") from None
     model, _ = load_model(args.model)
     seqs, ids = list(traces["input_ids"]), list(traces["trace_id"])
     # every setting's golden labels and scorers are checked against this model and these traces before any replay
