@@ -248,6 +248,8 @@ def test_loss_ratio_matches_fidelity_evaluation():
 
 @pytest.mark.parametrize("bad", [
     {"traces": ""},
+    {"traces": []},
+    {"traces": ["t", 3]},
     {"init_scorer": ""},
     {"group_size": 1},
     {"inner_epochs": 2, "checkpoint_every": 3},
@@ -262,6 +264,7 @@ def test_config_validation(bad):
     base = {"traces": "t", "init_scorer": "s", "steps": 4, "checkpoint_every": 2}
     with pytest.raises(ValueError):
         GRPOConfig.from_dict({**base, **bad})
+    assert GRPOConfig.from_dict({**base, "traces": ["t", "u"]}).traces == ["t", "u"]  # trace sets trained together
 
 
 def test_grpo_temperature_script_refuses_bad_inputs_in_one_line(tmp_path):

@@ -136,6 +136,9 @@ def test_config_validation(tmp_path):
         SLConfig.from_dict({"traces": "t", "labels": "l", "lrr": 1})
     with pytest.raises(ValueError, match="traces"):
         SLConfig.from_dict({})
+    with pytest.raises(ValueError, match=r"`traces\[1\]` must be a string"):
+        SLConfig.from_dict({"traces": ["t", 3], "labels": "l"})
+    assert SLConfig.from_dict({"traces": ["t", "u"], "labels": "l"}).traces == ["t", "u"]
     with pytest.raises(ValueError, match="feature set"):
         SLConfig.from_dict({"traces": "t", "labels": "l", "feature_set": ["key", "bogus"]})
     with pytest.raises(ValueError, match="report_to"):
