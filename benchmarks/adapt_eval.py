@@ -30,7 +30,7 @@ from foresight.adapters import attach_adapter, read_adapter_config, read_trainin
 from foresight.config import check_output_dir, nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import load_model
-from foresight.policies import make_policy
+from foresight.policies import checked_policy
 from foresight.schedule import cache_config_arg
 from foresight.scorer import resolve_scorer, scorer_sha256
 from training.adapt import base_model_traces, longer_than
@@ -112,10 +112,7 @@ def main(argv=None) -> int:
     cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
     check_output_dir(args.out, "--out")  # written after the whole evaluation
     for name in (p for p in policies if p != "learned"):  # learned is built (and checked) with its scorer below
-        try:
-            make_policy(name, **kwargs[name]).check_cache(args.budget, args.interval)
-        except (TypeError, ValueError) as exc:
-            raise ForesightError(f"policy {name!r}: {exc}") from None
+        checked_policy(name, [(args.budget, args.interval)], f"policy {name!r}", **kwargs[name])
     meta = _check_inputs(args, policies)
     out = Path(args.out)
     t0 = time.time()

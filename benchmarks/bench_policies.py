@@ -28,7 +28,7 @@ import torch
 import foresight
 from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
-from foresight.policies import POLICIES, make_policy, policy_names
+from foresight.policies import POLICIES, checked_policy, make_policy, policy_names
 from foresight.schedule import cache_config_arg
 from foresight.scorer import Scorer
 
@@ -106,11 +106,8 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
 
     names = args.policies.split(",") if args.policies else default_policies(args.budget, args.interval)
-    for name in names:
-        try:
-            make_policy(name).check_cache(args.budget, args.interval)  # e.g. paged needs W a multiple of its block
-        except (TypeError, ValueError) as exc:
-            raise ForesightError(f"--policies {name!r}: {exc}") from None
+    for name in names:  # e.g. paged needs W a multiple of its block
+        checked_policy(name, [(args.budget, args.interval)], f"--policies {name!r}")
     if REFERENCE not in names:
         names.insert(0, REFERENCE)
     paths = parse_scorers(args.scorer)
@@ -118,10 +115,8 @@ def main(argv=None) -> int:
     model, tok = foresight.load_model(args.model, device=args.device)
     scorers = {n: Scorer.from_pretrained(path, model=model) for n, path in paths.items()}  # checked, loaded once
     for n, scorer in scorers.items():
-        try:
-            make_policy("learned", scorer=scorer).check_cache(args.budget, args.interval)
-        except ValueError as exc:
-            raise ForesightError(f"--scorer {n.split(':', 1)[1]}={paths[n]}: {exc}") from None
+        checked_policy("learned", [(args.budget, args.interval)], f"--scorer {n.split(':', 1)[1]}={paths[n]}",
+                       scorer=scorer)
     prompt_ids = tok(PROMPT)["input_ids"]
     run_once(model, tok, prompt_ids, REFERENCE, argparse.Namespace(**{**vars(args), "new_tokens": 8}))  # warm-up
 

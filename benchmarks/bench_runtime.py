@@ -18,7 +18,7 @@ import torch
 import foresight
 from foresight.config import check_output_file, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
-from foresight.policies import make_policy
+from foresight.policies import checked_policy
 from foresight.schedule import cache_config_arg
 
 
@@ -46,10 +46,7 @@ def main() -> None:
     if args.interval is not None and args.budget is None:
         raise ForesightError("--interval: needs --budget")
     cfg = cache_config_arg(args.budget, args.interval)
-    try:
-        make_policy(args.policy).check_cache(cfg.budget, cfg.interval)
-    except (TypeError, ValueError) as exc:
-        raise ForesightError(f"--policy {args.policy}: {exc}") from None
+    checked_policy(args.policy, [(cfg.budget, cfg.interval)], f"--policy {args.policy}")
 
     model, tok = foresight.load_model(args.model)
     prompt = tok.apply_chat_template(

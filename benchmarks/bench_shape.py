@@ -20,7 +20,7 @@ from evaluation.efficiency import bench_table, benchmark, write_bench
 from foresight.config import check_device, check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
-from foresight.policies import make_policy, policy_names
+from foresight.policies import checked_policy, make_policy, policy_names
 from foresight.schedule import cache_config_arg
 from foresight.scorer import Scorer, ScorerConfig
 
@@ -84,10 +84,7 @@ def main(argv=None) -> int:
         raise ForesightError(f"--policies: unknown or replay-only {', '.join(unknown)}")
     for name in names:  # a policy that does not take (B, W) (paged needs W a multiple of its block)
         if name != "learned":
-            try:
-                make_policy(name).check_cache(args.budget, args.interval)
-            except (TypeError, ValueError) as exc:
-                raise ForesightError(f"--policies {name!r}: {exc}") from None
+            checked_policy(name, [(args.budget, args.interval)], f"--policies {name!r}")
     like = Scorer.from_pretrained(LIKE).config  # the shipped scorers' feature set and width
     model, tok = random_model(args.shape, device, dtype)
     fingerprint = model_fingerprint(model)

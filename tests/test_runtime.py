@@ -246,6 +246,21 @@ def test_generate_rejects_bad_input(tiny_llama):
                            policy_kwargs={"bogus": 1})
 
 
+def test_checked_policy_names_the_flag_and_checks_every_cache():
+    from foresight.errors import ForesightError
+    from foresight.policies import checked_policy
+
+    assert checked_policy("paged", [(64, 16), (128, 32)], "--policies 'paged'").block_size == 16
+    for name, caches, kwargs, match in (
+        ("nope", [], {}, r"^--policies 'nope': unknown policy 'nope'"),
+        ("paged", [(64, 16), (64, 8)], {}, r"^--policies 'paged': paged: block_size \(16\) must divide .*\(8\)"),
+        ("h2o", [], {"bogus": 1}, r"^--policies 'h2o': policy 'h2o' has no hyperparameter\(s\) bogus"),
+        ("paged", [], {"block_size": 0}, r"^--policies 'paged': .*block_size"),
+    ):
+        with pytest.raises(ForesightError, match=match):
+            checked_policy(name, caches, f"--policies {name!r}", **kwargs)
+
+
 def test_unsupported_architecture_is_a_clear_error():
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -35,7 +35,7 @@ from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # 
 from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E402
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
 from foresight.models import load_model, model_fingerprint  # noqa: E402
-from foresight.policies import make_policy  # noqa: E402
+from foresight.policies import checked_policy, make_policy  # noqa: E402
 from foresight.schedule import cache_config_arg  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
@@ -138,16 +138,12 @@ def main(argv=None) -> int:
     for b, w, _ in args.setting:  # W >= B failed only in the first replay, after the model load
         cache_config_arg(b, w, flags=f"--setting {b}:{w}")
     kwargs = parse_policy_args(args.policy_arg, [*stages, *policies])
-    for name in [*policies, *stages]:  # unknown names and bad hyperparameters fail before any compute
-        try:
-            if name in policies:
-                policy = make_policy(name, **kwargs[name])
-                for b, w, _ in args.setting:  # e.g. paged needs W a multiple of its block
-                    policy.check_cache(b, w)
-            else:
-                make_policy("learned", scorer=dirs[next(k for k in dirs if k[0] == name)], **kwargs[name])
-        except (TypeError, ValueError) as exc:
-            raise ForesightError(f"policy {name!r}: {exc}") from None
+    caches = [(b, w) for b, w, _ in args.setting]
+    for name in policies:  # unknown names, bad hyperparameters, a cache it cannot run: before any compute
+        checked_policy(name, caches, f"policy {name!r}", **kwargs[name])
+    for name in stages:
+        checked_policy("learned", [], f"policy {name!r}", scorer=dirs[next(k for k in dirs if k[0] == name)],
+                       **kwargs[name])
     for stage in stages:
         for b, w, _ in args.setting:
             if (stage, b, w) not in dirs:

@@ -8,7 +8,8 @@ import importlib
 import pkgutil
 
 from foresight.policies.base import EntryState, EvictionPolicy
-from foresight.policies.registry import POLICIES, UnknownPolicyError, make_policy, policy_names, register_policy
+from foresight.policies.registry import (POLICIES, UnknownPolicyError, checked_policy, make_policy, policy_names,
+                                        register_policy)
 
 _INFRA = {"base", "registry"}
 for _mod in pkgutil.iter_modules(__path__):
@@ -20,6 +21,7 @@ __all__ = [
     "EntryState",
     "EvictionPolicy",
     "UnknownPolicyError",
+    "checked_policy",
     "make_policy",
     "policy_names",
     "register_policy",

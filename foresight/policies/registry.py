@@ -6,6 +6,7 @@ from dataclasses import fields
 from typing import Any
 
 from foresight.config import ConfigError, check_kwargs
+from foresight.errors import ForesightError
 
 POLICIES: dict[str, type] = {}
 
@@ -66,6 +67,19 @@ def make_policy(name: str, **kwargs: Any):
     if name not in POLICIES:
         raise _unknown(name)
     return _build(name, kwargs)
+
+
+def checked_policy(name: str, caches, what: str, **kwargs: Any):
+    """:func:`make_policy` checked to take every ``(budget, interval)`` of ``caches`` (e.g. ``paged`` needs W a
+    multiple of its block), for commands that check their arguments before loading a model: an unknown name, a bad
+    hyperparameter or a cache the policy cannot run is one :class:`ForesightError` that starts with ``what``."""
+    try:
+        policy = make_policy(name, **kwargs)
+        for budget, interval in caches:
+            policy.check_cache(budget, interval)
+    except (TypeError, ValueError) as exc:
+        raise ForesightError(f"{what}: {exc}") from None
+    return policy
 
 
 def _build(name: str, kwargs: dict):
