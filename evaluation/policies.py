@@ -138,17 +138,18 @@ def make_factory(
     *,
     model=None,
     scorer: str | None = None,
-    golden: str | None = None,
+    golden: str | Callable[[int], dict] | None = None,
     interval: int | None = None,
     policy_kwargs: dict[str, dict] | None = None,
 ) -> Callable[[str, int], object]:
     """``factory(name, budget)`` for :func:`evaluation.fidelity.evaluate_fidelity` and the other evaluations.
 
     ``learned`` is built with ``scorer=<dir>``; ``golden`` with the labels for each budget (an error when there
-    are none); every other name from the registry with ``policy_kwargs[name]``.
+    are none), from the label root ``golden`` or a :func:`golden_factory` already built (its labels already read);
+    every other name from the registry with ``policy_kwargs[name]``.
     """
     kwargs = policy_kwargs or {}
-    labels_for = golden_factory(golden, interval) if golden else None
+    labels_for = (golden if callable(golden) else golden_factory(golden, interval)) if golden else None
     learned_cache: dict = {}
 
     def factory(name: str, budget: int):

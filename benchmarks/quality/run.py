@@ -157,9 +157,11 @@ def main(argv=None) -> int:
         traces = traces.select(range(min(args.max_traces, len(traces))))
     if len(traces) == 0:
         raise ForesightError(f"no held-out traces in {args.traces}")
-    for b, w, golden in args.setting:  # a missing or unfinished label dir failed only after the model load
+    labels_for = {}  # read once, here: a missing or wrong label dir failed only after the model load
+    for b, w, golden in args.setting:
         try:
-            golden_factory(golden, w)(b)
+            labels_for[b, w] = golden_factory(golden, w)
+            labels_for[b, w](b)
         except ForesightError as exc:
             raise ForesightError(f"--setting {b}:{w}: {exc}") from None
     model, _ = load_model(args.model)
@@ -167,8 +169,8 @@ def main(argv=None) -> int:
     # every setting's golden labels and scorers are checked against this model and these traces before any replay
     # (a bad second setting would otherwise be found only after the first setting's)
     settings = []
-    for b, w, golden in args.setting:
-        base = make_factory(model=model, golden=golden, interval=w, policy_kwargs=kwargs)
+    for b, w, _ in args.setting:
+        base = make_factory(model=model, golden=labels_for[b, w], interval=w, policy_kwargs=kwargs)
         base("golden", b).check_traces(ids, [list(map(int, s)) for s in seqs], model_fingerprint(model))
         learned = {stage: make_policy("learned", scorer=dirs[(stage, b, w)], **kwargs[stage]) for stage in stages}
         for policy in learned.values():
