@@ -2,7 +2,7 @@
 
 Takes packed feature-cache files (``foresight train sl``'s ``feature_cache/<key>/``), writes a dense copy of each
 (the layout before session 28) into a temporary directory, checks that both read back identically, then draws the
-same random batches of events from both through :class:`training.mapped_events.EventFeatures` for a feature set
+same random batches of events from both through :class:`training.mapped_events.EventRows` for a feature set
 and prints the time per batch of each and their ratio. The files are read once before timing, so both sit in the
 page cache: this measures the CPU cost of rebuilding packed features, not the disk (where packed files win by
 their size alone, once the dense ones outgrow the page cache).
@@ -23,7 +23,7 @@ from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.features import FEATURE_GROUPS, check_feature_set, feature_columns
 from training.event_files import load_events
-from training.mapped_events import EventFeatures, map_safetensors
+from training.mapped_events import EventRows, map_safetensors
 from training.packed_events import PackedPart
 from training.sl_features import FEATURE_CACHE_FORMAT
 
@@ -52,11 +52,11 @@ def main() -> int:
         dense = []
         for i, ev in enumerate(evs):  # the dense layout: every column of every candidate at every event
             path = Path(tmp) / f"{i}.safetensors"
-            save_file({"features": EventFeatures([ev.features])[:].contiguous(), "alpha": ev.alpha,
+            save_file({"features": EventRows([ev.features])[:].contiguous(), "alpha": ev.alpha,
                        "evicted": ev.evicted.to(torch.uint8), "positions": ev.positions}, str(path))
             dense.append(path)
         dense = [map_safetensors(path)[1]["features"] for path in dense]
-        a, b = EventFeatures(packed, cols), EventFeatures(dense, cols)
+        a, b = EventRows(packed, cols), EventRows(dense, cols)
         assert torch.equal(a[:], b[:]), "packed and dense files differ"  # also reads both into the page cache
         size_p = sum(f.stat().st_size for f in files)
         size_d = sum(Path(tmp, f"{i}.safetensors").stat().st_size for i in range(len(files)))

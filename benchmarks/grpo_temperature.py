@@ -15,7 +15,7 @@ from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
 from foresight.features import FEATURE_GROUPS, feature_columns
-from training.mapped_events import EventFeatures
+from training.mapped_events import EventRows
 from training.event_files import load_events
 from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
                                         sc.config.fingerprint["head_dim"], sc.config.num_groups))
-    x = EventFeatures([load_events(f, FEATURE_CACHE_FORMAT).features for f in files], cols)[:].float()
+    x = EventRows([load_events(f, FEATURE_CACHE_FORMAT).features for f in files], cols)[:].float()
     with torch.no_grad():
         s = sc(x.transpose(0, 1)).transpose(0, 1)  # (E, L, Hkv, C)
     w = sc.config.interval

@@ -1,5 +1,5 @@
 """Event features read in place (training/mapped_events.py): the mapped tensors equal safetensors' own loader, and
-EventFeatures addresses per-trace parts exactly like their concatenation."""
+EventRows addresses per-trace parts exactly like their concatenation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from training.mapped_events import EventFeatures, map_safetensors
+from training.mapped_events import EventRows, map_safetensors
 
 
 def test_mapped_tensors_equal_the_safetensors_loader(tmp_path):
@@ -40,7 +40,7 @@ def test_event_features_index_like_the_concatenation():
     gen = torch.Generator().manual_seed(1)
     parts = [torch.randn(n, 2, 3, 4, 6, generator=gen) for n in (3, 0, 5, 1)]
     cols = torch.tensor([5, 0, 2])
-    ev = EventFeatures(parts, cols)
+    ev = EventRows(parts, cols)
     ref = torch.cat(parts).index_select(-1, cols)
     assert ev.shape == ref.shape and len(ev) == 9
     idx = torch.tensor([8, 0, 3, 2, 7, 3])
@@ -48,9 +48,9 @@ def test_event_features_index_like_the_concatenation():
     assert torch.equal(ev[2:6], ref[2:6]) and torch.equal(ev[:], ref) and torch.equal(ev[-1], ref[-1:])
     with pytest.raises(IndexError):
         ev[torch.tensor([9])]
-    both = EventFeatures.cat([ev, EventFeatures(parts[:1], cols)])
+    both = EventRows.cat([ev, EventRows(parts[:1], cols)])
     assert torch.equal(both[:], torch.cat([ref, ref[:3]]))
     with pytest.raises(ValueError, match="column selections differ"):
-        EventFeatures.cat([ev, EventFeatures(parts[:1], None)])
+        EventRows.cat([ev, EventRows(parts[:1], None)])
     with pytest.raises(ValueError, match="event shapes differ"):
-        EventFeatures([parts[0], torch.zeros(2, 2, 3, 4, 7)])
+        EventRows([parts[0], torch.zeros(2, 2, 3, 4, 7)])

@@ -399,7 +399,7 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     from golden.labels import load_labels, save_labels
     from golden.oracle import label_trace
     from training.sl import run_sl
-    from training.mapped_events import EventFeatures
+    from training.mapped_events import EventRows
     from training.event_files import load_events, saved_metadata
     from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache, trace_identity
 
@@ -412,7 +412,7 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     rows = list(datasets.load_from_disk(str(traces)))
     cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16")
     first = rows[0]
-    before = EventFeatures([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
+    before = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
     assert saved_identity(cache.file(first["trace_id"])) == trace_identity(first["input_ids"],
                                                                            load_labels(labels)[first["trace_id"]])
     # the same trace id, other tokens after the prompt, relabelled: a new version of the data
@@ -422,7 +422,7 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     save_labels(root / "labels.safetensors",
                 [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in [changed, *rows[1:]]])
     run_sl(_cfg((root / "traces", root / "labels.safetensors"), tmp_path / "b", steps=2))
-    after = EventFeatures([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
+    after = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
     assert after.shape != before.shape or not torch.equal(after, before)  # extracted again from the new tokens
     new_labels = load_labels(root / "labels.safetensors")
     assert saved_identity(cache.file(first["trace_id"])) == trace_identity(changed["input_ids"],

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from golden.labels import TraceLabels
-from training.mapped_events import EventFeatures, map_safetensors
+from training.mapped_events import EventRows, map_safetensors
 from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
 
 TARGETS = ("alpha", "evicted", "positions")
@@ -36,7 +36,7 @@ class RecordedEvents:
     """One trace's recorded events: features (E, L, Hkv, C, D) of every feature group, α of the candidates, the
     oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C). ``features`` is a dense
     tensor as recorded, or a :class:`~training.packed_events.PackedPart` as read from a packed file
-    (``EventFeatures([ev.features])[:]`` is the dense tensor either way)."""
+    (``EventRows([ev.features])[:]`` is the dense tensor either way)."""
 
     trace_id: str
     features: torch.Tensor | PackedPart
@@ -84,9 +84,9 @@ def _damaged(path: Path, fmt: str, exc: Exception) -> ForesightError:
 
 
 def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
-    """``(metadata, events)`` of a saved events file of format ``fmt``, packed or dense; its features stay
-    memory-mapped. Raises :class:`ForesightError` (one line) on another format (a file of another kind: left as it
-    is) or an unreadable file (damaged: to be recorded again)."""
+    """``(metadata, events)`` of a saved events file of format ``fmt``, packed or dense; its tensors (features and
+    targets) stay memory-mapped, read-only. Raises :class:`ForesightError` (one line) on another format (a file of
+    another kind: left as it is) or an unreadable file (damaged: to be recorded again)."""
     try:
         meta, t = map_safetensors(path)
     except (OSError, ValueError) as exc:
@@ -95,9 +95,9 @@ def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
         raise ForesightError(f"{path} is not a {fmt} file (its format is {meta.get('format')!r}); pass a file or "
                              "directory of that kind")
     try:
-        positions = t["positions"].clone()
-        ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"].clone(),
-                            t["evicted"].bool(), positions)
+        positions = t["positions"]
+        ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"],
+                            t["evicted"].view(torch.bool), positions)  # 0/1 bytes: a bool view, no copy
         return meta, ev
     except (OSError, KeyError, ValueError) as exc:
         raise _damaged(path, fmt, exc) from None
@@ -118,20 +118,20 @@ def repack_events(paths: list[Path], fmt: str, head_dim: int, num_groups: int, d
 
 
 def concat_events(evs: list[RecordedEvents], columns: torch.Tensor | None) -> dict | None:
-    """The events of ``evs`` in order, as training reads them: α, evict flags and positions concatenated in memory,
-    ``features`` an :class:`~training.mapped_events.EventFeatures` of ``columns`` read in place; None if none."""
+    """The events of ``evs`` in order, as training reads them: ``features`` (of ``columns``) and the targets α,
+    evict flags and positions, each an :class:`~training.mapped_events.EventRows` read in place (``[idx]`` copies
+    those events; nothing is concatenated in memory); None if none."""
     if not evs:
         return None
-    out = {name: torch.cat([getattr(e, name) for e in evs]) for name in TARGETS}
-    out["features"] = EventFeatures([e.features for e in evs], columns)
+    out = {name: EventRows([getattr(e, name) for e in evs]) for name in TARGETS}
+    out["features"] = EventRows([e.features for e in evs], columns)
     return out
 
 
 def join_events(parts: list[dict]) -> dict:
-    """Several :func:`concat_events` results as one, in order (their column selections must agree)."""
-    out = {name: torch.cat([p[name] for p in parts]) for name in TARGETS}
-    out["features"] = EventFeatures.cat([p["features"] for p in parts])  # still read in place
-    return out
+    """Several :func:`concat_events` results as one, in order (their column selections must agree); still read in
+    place."""
+    return {name: EventRows.cat([p[name] for p in parts]) for name in (*TARGETS, "features")}
 
 
 def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:

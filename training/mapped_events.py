@@ -1,4 +1,4 @@
-"""Event features read in place: memory-mapped from their safetensors files, one copy for every rank.
+"""Recorded events read in place: memory-mapped from their safetensors files, one copy for every rank.
 
 Distillation and DAgger train on every recorded event's features (E, L, Hkv, C, D): about 1.8 MB per event at
 B=64 with key/value features. Concatenated in each rank's RAM they exhausted 24 GiB with two ranks at 120 traces
@@ -6,7 +6,9 @@ plus one DAgger round. Here the features stay in the per-trace files they were s
 (:class:`training.sl_features.FeatureCache`, DAgger's rows files), mapped read-only: the pages live once in the
 page cache, shared by the ranks and reclaimable, and a batch copies only its own events and feature columns. Files
 are packed (:mod:`training.packed_events`: an entry's key and value columns once per trace, rebuilt per batch);
-dense ones, of earlier versions, are read as they are.
+dense ones, of earlier versions, are read as they are. The targets (α, evict flags, positions: about 65 KB per event
+at B=64) are read in place the same way: cloned and concatenated in each rank, 60k events of a third DAgger round
+took 12 GB per rank and the run was killed for memory.
 """
 
 from __future__ import annotations
@@ -55,11 +57,11 @@ def map_safetensors(path: str | Path) -> tuple[dict, dict[str, torch.Tensor]]:
     return meta, out
 
 
-class EventFeatures:
-    """Features of events held in several parts (one per trace, typically mapped), addressed as one
-    (E, L, Hkv, C, D) array of the columns ``columns`` (None: all).
+class EventRows:
+    """Per-event tensors held in several parts (one per trace, typically mapped), addressed as one (E, ...) array:
+    features (E, L, Hkv, C, D) of the columns ``columns`` of the last dim (None: all), or a target (E, L, Hkv, C).
 
-    A part is a dense (E, L, Hkv, C, D) tensor or a :class:`~training.packed_events.PackedPart` (anything with
+    A part is a dense (E, ...) tensor or a :class:`~training.packed_events.PackedPart` (anything with
     ``shape``, ``dtype`` and ``take(idx, columns)``). ``rows[idx]`` (an index tensor, list, int or slice) returns a
     new in-memory tensor of those events; ``shape`` and ``len`` describe the whole. Nothing else is materialised.
     """
@@ -101,11 +103,19 @@ class EventFeatures:
             out[where] = self.parts[s].take(idx[where] - self.starts[s], self.columns)
         return out
 
+    def dense_parts(self) -> list[torch.Tensor]:
+        """The parts as tensors, in order (their concatenation is ``self[:]``), without reading them: for a digest
+        over events that never sit in memory at once. Raises ``ValueError`` for a column selection or packed
+        parts."""
+        if self.columns is not None or not all(isinstance(p, DensePart) for p in self.parts):
+            raise ValueError("dense_parts: only dense parts without a column selection")
+        return [p.features for p in self.parts]
+
     @classmethod
-    def cat(cls, items: list["EventFeatures"]) -> "EventFeatures":
+    def cat(cls, items: list["EventRows"]) -> "EventRows":
         """The events of ``items`` in order (their column selections must agree)."""
         cols = items[0].columns
         if any((it.columns is None) != (cols is None) or (cols is not None and not torch.equal(it.columns, cols))
                for it in items):
-            raise ValueError("EventFeatures.cat: column selections differ")
+            raise ValueError("EventRows.cat: column selections differ")
         return cls([p for it in items for p in it.parts], cols)

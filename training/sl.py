@@ -171,8 +171,8 @@ class SLTask:
         gen = torch.Generator().manual_seed(0)
         rnd = torch.rand(self.val["alpha"].shape, generator=gen)
         out = {}
-        for name, s in (("random", rnd), ("recency", self.val["positions"].float())):
-            m = ranking_metrics(s, self.val["evicted"], self.cfg.eval_max_rows)
+        for name, s in (("random", rnd), ("recency", self.val["positions"][:].float())):
+            m = ranking_metrics(s, self.val["evicted"][:], self.cfg.eval_max_rows)
             out.update({f"{name}_overlap": m["overlap"], f"{name}_auc": m["auc"]})
         return out
 
@@ -180,7 +180,7 @@ class SLTask:
         if not self.dist.is_main or self.val is None:
             return {}
         self.module.eval()
-        m = ranking_metrics(self.val_scores(), self.val["evicted"], self.cfg.eval_max_rows)
+        m = ranking_metrics(self.val_scores(), self.val["evicted"][:], self.cfg.eval_max_rows)
         res = {"overlap": m["overlap"], "auc": m["auc"], **self.baselines}
         if final and self.cfg.eval_fidelity:
             res["fidelity"] = self.fidelity()

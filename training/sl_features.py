@@ -141,9 +141,10 @@ class FeatureCache:
         barrier()
 
     def load(self, rows: list[dict], columns: torch.Tensor, labels: dict) -> dict | None:
-        """The events of ``rows`` (traces without events have no file) concatenated: alpha, evicted, positions
-        in memory, features an :class:`~training.mapped_events.EventFeatures` of ``columns`` read in place from
-        the files; None when there are none. A file computed from other tokens or labels is refused."""
+        """The events of ``rows`` (traces without events have no file) as one: features (of ``columns``), alpha,
+        evicted and positions, each an :class:`~training.mapped_events.EventRows` read in place from the files
+        (:func:`~training.event_files.concat_events`); None when there are none. A file computed from other tokens
+        or labels is refused."""
         evs = []
         for r in rows:
             path = self.file(r["trace_id"])
