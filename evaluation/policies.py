@@ -13,7 +13,7 @@ from foresight.config import ConfigError, parse_scalar, read_yaml_mapping
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
-from golden.labels import LabelMismatchError, check_labels_match, load_labels
+from golden.labels import LabelMismatchError, check_labels_match, load_labels, merge_labels
 
 
 def parse_policies(spec: str) -> list[str]:
@@ -106,12 +106,13 @@ def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict]:
     """``labels_for(budget)``: the golden labels made for (budget, interval) under ``root``.
 
     Raises :class:`golden.labels.LabelMismatchError` naming both settings when ``root`` holds no labels for
-    them (a golden row silently missing from a table reads as "golden was not run", not "wrong labels")."""
+    them (a golden row silently missing from a table reads as "golden was not run", not "wrong labels"), and
+    :class:`ForesightError` naming both sets when a trace is labelled in two of those made for them."""
     sets = golden_label_sets(root)
     cache: dict[Path, dict] = {}
 
     def labels_for(budget: int) -> dict:
-        merged: dict = {}
+        matching = []
         have = set()
         for path in sets:
             if path not in cache:
@@ -122,7 +123,8 @@ def golden_factory(root: str | Path, interval: int) -> Callable[[int], dict]:
                 continue
             have.add((first.budget, first.interval))
             if first.budget == budget and first.interval == interval:
-                merged.update(labels)
+                matching.append((path, labels))
+        merged = merge_labels(matching)  # a trace labelled in two sets is refused, not taken from the later one
         if not merged:
             made = ", ".join(f"B={b} W={w}" for b, w in sorted(have)) or "nothing"
             raise LabelMismatchError(

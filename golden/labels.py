@@ -237,6 +237,20 @@ def load_labels(path: str | Path, complete: bool = False) -> dict[str, TraceLabe
     return out
 
 
+def merge_labels(sets: Iterable[tuple[str | Path, Mapping[str, TraceLabels]]]) -> dict[str, TraceLabels]:
+    """The labels of several ``(source, labels)`` sets as one. Raises :class:`ForesightError` naming both sources
+    when a trace is labelled in two of them: one would silently replace the other."""
+    out: dict[str, TraceLabels] = {}
+    source: dict[str, str | Path] = {}
+    for where, labels in sets:
+        for t, lab in labels.items():
+            if t in out:
+                raise ForesightError(f"trace {t!r} is labelled in both {source[t]} and {where}; give each trace's "
+                                     "labels once")
+            out[t], source[t] = lab, where
+    return out
+
+
 def check_labels_match(
     labels: TraceLabels | Mapping[str, TraceLabels] | Iterable[TraceLabels], model, budget: int, interval: int
 ) -> None:

@@ -349,6 +349,12 @@ def test_cli_golden_labels_per_budget(trace_dir, tmp_path, capsys, tiny_llama):
     assert main([*args, "--budget", "24"]) == 0
     records = json.loads((out / "fidelity.json").read_text())
     assert sorted((r["policy"], r["budget"]) for r in records) == [("full", 24), ("golden", 24)]
+    # a second set under the root labelling the same traces at that B and W: refused, not the later set taken
+    save_labels(tmp_path / "golden" / "copy.safetensors", labels)
+    assert main([*args, "--budget", "24", "--out", str(tmp_path / "fid2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "labelled in both" in err and "b24.safetensors" in err and "copy.safetensors" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "fid2").exists()
 
 
 def test_cli_names_the_traces_a_budget_leaves_out(trace_dir, tmp_path, capsys):

@@ -34,7 +34,7 @@ from foresight.features import FEATURE_GROUPS, feature_columns
 from foresight import model_fingerprint
 from foresight.policies import make_policy
 from foresight.scorer import Scorer, ScorerConfig
-from golden.labels import check_label_tokens, check_labels_match, load_labels
+from golden.labels import check_label_tokens, check_labels_match, load_labels, merge_labels
 from golden.traces import load_traces
 from training.dagger import run_dagger
 from training.digests import digest, digest_rows
@@ -66,13 +66,8 @@ class SLData:
 
     def __init__(self, cfg: SLConfig):
         ds = load_traces(cfg.traces)
-        labels, source = {}, {}
-        for path in ([cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)):
-            for t, lab in load_labels(path, complete=True).items():  # not the traces labelled so far
-                if t in labels:  # one would silently replace the other
-                    raise ForesightError(f"trace {t!r} is labelled in both {source[t]} and {path}; give each "
-                                         "trace's labels once")
-                labels[t], source[t] = lab, path
+        paths = [cfg.labels] if isinstance(cfg.labels, (str, Path)) else list(cfg.labels)
+        labels = merge_labels((p, load_labels(p, complete=True)) for p in paths)  # not the traces labelled so far
         rows = [r for r in ds if r["trace_id"] in labels]
         if not rows:
             raise ForesightError(f"no trace of {cfg.traces} has labels in {cfg.labels}")
