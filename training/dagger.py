@@ -34,7 +34,8 @@ are kept, recorded rows are reused, and the open round resumes from its newest c
 (:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. A *finished* run resumed with a larger
 ``dagger_rounds`` goes on with the new rounds and ends where a run started with that many rounds ends (the one
 setting allowed to differ; the extension is recorded in ``dagger.json``). ``max_steps_per_run`` counts
-optimisation steps over all rounds of one invocation. A run without ``--resume`` starts the rounds afresh.
+optimisation steps over all rounds of one invocation. A run without ``--resume`` refuses an ``out_dir`` that holds
+an earlier DAgger run (``rounds/dagger.json``), as a plain run refuses one with checkpoints.
 """
 
 from __future__ import annotations
@@ -216,8 +217,20 @@ def _check(cfg, settings: dict, complete: bool = True) -> tuple[dict, int | None
     return saved, old
 
 
+def _refuse_fresh(out: Path) -> None:
+    """A run without ``--resume`` refuses an ``out_dir`` that holds an earlier DAgger run (its ``rounds/``), like
+    :func:`training.checkpoint.refuse_fresh`: its recorded rows and finished rounds are hours of work, and removing
+    them is the user's decision, not a forgotten flag's."""
+    rounds = out / ROUNDS
+    if (rounds / STATE).is_file():
+        done = sum(_finished(out, r) is not None for r in range(len(list(rounds.glob("round-*")))))
+        raise ForesightError(f"out_dir {out} holds an earlier DAgger run ({rounds}: {done} finished round(s)); pass "
+                             f"--resume to continue it, or choose another out_dir or remove {rounds}")
+
+
 def _start(cfg, dist, resume: bool, settings: dict) -> None:
-    """Check (resume) or record (fresh run: previous rounds removed) the run's settings. A resume of a finished run
+    """Check (resume) or record (fresh run: :func:`_refuse_fresh` has checked that there are no earlier rounds; a
+    ``rounds/`` without its ``dagger.json`` is removed) the run's settings. A resume of a finished run
     with a larger ``dagger_rounds`` extends it (:func:`_extends`): the recorded settings take the new count and
     the old final ``scorer/`` and ``summary.json`` are removed (the old last round's scorer stays under
     ``rounds/``)."""
@@ -253,6 +266,8 @@ def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, A
                                world_size=dist.world_size)
     if resume:  # fail fast, before the data preparation
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config), complete=False)
+    else:
+        _refuse_fresh(out)
     data = load_data(cfg)
     if resume:  # the data's digests too, before the model loads
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config, data))
