@@ -31,8 +31,8 @@ metrics on the golden trajectory, ``loss_ratio`` of the learned policy when ``ev
 
 Resume (``--resume``): the settings must match ``rounds/dagger.json`` (names the differing keys), finished rounds
 are kept, recorded rows are reused, and the open round resumes from its newest checkpoint
-(:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. A *finished* run resumed with a larger
-``dagger_rounds`` goes on with the new rounds and ends where a run started with that many rounds ends (the one
+(:mod:`training.checkpoint`), so a killed run ends where an uninterrupted one does. A *finished* run resumed with a
+larger ``dagger_rounds`` goes on with the new rounds and ends where a run started with that many rounds ends (the one
 setting allowed to differ; the extension is recorded in ``dagger.json``). ``max_steps_per_run`` counts
 optimisation steps over all rounds of one invocation. A run without ``--resume`` refuses an ``out_dir`` that holds
 an earlier DAgger run (``rounds/dagger.json``), as a plain run refuses one with checkpoints.
