@@ -165,16 +165,16 @@ def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int =
     """Summarise one setting's fidelity ``records``; ``learned`` names the learned stages in training order."""
     by_name = {r["policy"]: r for r in records}
     if len(by_name) != len(records):
-        raise ForesightError("quality_summary: two records for the same policy; pass one (B, W) setting at a time")
+        raise ForesightError("two records for the same policy; pass one (B, W) setting at a time")
     missing = [n for n in ("golden", *learned) if n not in by_name]
     if missing:
-        raise ForesightError(f"quality_summary: no fidelity record for {', '.join(missing)}")
+        raise ForesightError(f"no fidelity record for {', '.join(missing)}")
     for name, rec in by_name.items():  # every row of the table, not only the ones paired below, on golden's traces
         if name != "golden" and "per_trace_ratio" in rec and "per_trace_ratio" in by_name["golden"]:
             same_traces(by_name["golden"], rec, "golden", name)
     heuristics = [n for n in by_name if n not in REFERENCES and n not in learned]
     if not heuristics:
-        raise ForesightError("quality_summary: no heuristic policy to compare against")
+        raise ForesightError("no heuristic policy to compare against")
     best = min(heuristics, key=lambda n: by_name[n]["loss_ratio"])
     golden = by_name["golden"]["loss_ratio"]
     gap = by_name[best]["loss_ratio"] - golden
