@@ -177,3 +177,13 @@ def test_read_targets_stay_mapped_and_read_like_their_concatenation(recorded, tm
     assert torch.equal(both["features"][:], torch.cat([e.features for e in evs]).index_select(-1, cols))
     with pytest.raises(ValueError, match="only dense parts"):
         digest([both["features"]])
+    # evict flags other than 0/1 bytes (a damaged file) are refused, not viewed as bools
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(paths[0]))
+    tensors["evicted"] = tensors["evicted"].clone()
+    tensors["evicted"].view(-1)[0] = 2
+    bad = tmp_path / "bad.safetensors"
+    save_file(tensors, str(bad), metadata=read_events(paths[0], ROWS_FORMAT)[0])
+    with pytest.raises(ForesightError, match=r"bad.safetensors is not a readable .*evict flags are not 0/1 bytes"):
+        read_events(bad, ROWS_FORMAT)

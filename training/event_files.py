@@ -95,9 +95,11 @@ def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
         raise ForesightError(f"{path} is not a {fmt} file (its format is {meta.get('format')!r}); pass a file or "
                              "directory of that kind")
     try:
-        positions = t["positions"]
+        positions, evicted = t["positions"], t["evicted"]
+        if evicted.dtype not in (torch.uint8, torch.bool) or (evicted.numel() and int(evicted.view(torch.uint8).max()) > 1):
+            raise ValueError("evict flags are not 0/1 bytes")  # a bool view of other bytes would mislead
         ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"],
-                            t["evicted"].view(torch.bool), positions)  # 0/1 bytes: a bool view, no copy
+                            evicted.view(torch.bool), positions)  # 0/1 bytes: a bool view, no copy
         return meta, ev
     except (OSError, KeyError, ValueError) as exc:
         raise _damaged(path, fmt, exc) from None
