@@ -96,7 +96,8 @@ def read_events(path: Path, fmt: str) -> tuple[dict, RecordedEvents]:
                              "directory of that kind")
     try:
         positions, evicted = t["positions"], t["evicted"]
-        if evicted.dtype not in (torch.uint8, torch.bool) or (evicted.numel() and int(evicted.view(torch.uint8).max()) > 1):
+        flags = evicted.view(torch.uint8) if evicted.dtype in (torch.uint8, torch.bool) else None
+        if flags is None or (flags.numel() and int(flags.max()) > 1):
             raise ValueError("evict flags are not 0/1 bytes")  # a bool view of other bytes would mislead
         ev = RecordedEvents(meta["trace_id"], mapped_features(meta, t, positions), t["alpha"],
                             evicted.view(torch.bool), positions)  # 0/1 bytes: a bool view, no copy
