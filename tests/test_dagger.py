@@ -340,32 +340,20 @@ def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):
 def test_a_fresh_run_into_an_earlier_dagger_run_is_refused(data, runs, tmp_path, capsys, monkeypatch):
     """Without --resume a DAgger run removed the earlier run's rounds/ (its rows: hours of replay, 15 GB a round at
     B=64 on 336 traces). Refused like a plain run over checkpoints: one line, exit 2, before the model loads, nothing
-    changed; --resume and another out_dir still work."""
+    changed."""
     import shutil
 
-    import training.loop
     from foresight.cli import main
+    from tests.test_resume_safety import _cli, _files, _no_model_load, _one_line_error
 
     out = tmp_path / "run"
     shutil.copytree(runs[0] / "dagger", out)
-    before = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-
-    def load_model(*args, **kwargs):
-        raise AssertionError("the model was loaded before the refusal")
-
-    monkeypatch.setattr(training.loop, "load_model", load_model)
-    traces, labels = data
-    args = ["train", "sl", "--config", str(REPO / "configs" / "sl.yaml"), "model=tiny-llama", f"traces={traces}",
-            f"labels={labels}", f"budget={B}", f"interval={W}", "heldout=2", "steps=8", "micro_batch=2",
-            "warmup_steps=2", "checkpoint_every=0", "log_every=2", "eval_every=0", "eval_fidelity=false",
-            "dagger_rounds=1", "dagger_beta=0.0", f"out_dir={out}", f"feature_cache={tmp_path / 'features'}",
-            "device=cpu", f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero0.json'}"]
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    before = _files(out)
+    _no_model_load(monkeypatch)
+    assert main(_cli(data, out, "dagger_rounds=1", "dagger_beta=0.0")) == 2
+    err = _one_line_error(capsys)
     assert f"out_dir {out} holds an earlier DAgger run ({out / 'rounds'}: 2 finished round(s)); pass --resume" in err
-    after = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
-    assert after == before  # nothing removed or written
+    assert _files(out) == before  # nothing removed or written
 
 
 # ---------------------------------------------------------------------------------------------------------------
