@@ -356,6 +356,36 @@ def test_a_fresh_run_into_an_earlier_dagger_run_is_refused(data, runs, tmp_path,
     assert _files(out) == before  # nothing removed or written
 
 
+@pytest.mark.parametrize("earlier", ["dagger", "plain"])
+def test_a_fresh_run_of_the_other_kind_is_refused(data, runs, tmp_path, capsys, monkeypatch, earlier):
+    """A plain run (dagger_rounds=0) into an earlier DAgger run left its rounds/ beside a scorer they did not make
+    (and overwrote the scorer, summary and split); a DAgger run into an earlier plain run left that run's
+    checkpoints, which a later plain --resume would continue. Both refused: one line, exit 2, before the model loads,
+    nothing changed."""
+    import shutil
+
+    from foresight.cli import main
+    from tests.test_resume_safety import _cli, _files, _no_model_load, _one_line_error
+    from training.checkpoint import checkpoint_root
+
+    out = tmp_path / "run"
+    if earlier == "dagger":
+        shutil.copytree(runs[0] / earlier, out)
+    else:  # the fixture's plain run keeps no checkpoints; this one does (checkpoint_every=4)
+        assert main(_cli(data, out)) == 0 and checkpoint_root(out).is_dir()
+        capsys.readouterr()
+    before = _files(out)
+    _no_model_load(monkeypatch)
+    other = ["dagger_rounds=0"] if earlier == "dagger" else ["dagger_rounds=1", "dagger_beta=0.0"]
+    assert main(_cli(data, out, *other)) == 2
+    err = _one_line_error(capsys)
+    if earlier == "dagger":
+        assert f"out_dir {out} holds an earlier DAgger run ({out / 'rounds'}: 2 finished round(s))" in err
+    else:
+        assert f"out_dir {out} holds the checkpoints of an earlier run (newest: {checkpoint_root(out)}" in err
+    assert _files(out) == before
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Disk: a round's rows are estimated before they are recorded, and refused when they will not fit
 # ---------------------------------------------------------------------------------------------------------------

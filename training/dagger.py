@@ -217,10 +217,13 @@ def _check(cfg, settings: dict, complete: bool = True) -> tuple[dict, int | None
     return saved, old
 
 
-def _refuse_fresh(out: Path) -> None:
-    """A run without ``--resume`` refuses an ``out_dir`` that holds an earlier DAgger run (its ``rounds/``), like
-    :func:`training.checkpoint.refuse_fresh`: its recorded rows and finished rounds are hours of work, and removing
-    them is the user's decision, not a forgotten flag's."""
+def refuse_fresh(out: Path) -> None:
+    """A run without ``--resume`` (plain or DAgger: :func:`training.sl.run_sl` calls this for both) refuses an
+    ``out_dir`` that holds an earlier run: a plain run's checkpoints (:func:`training.checkpoint.refuse_fresh`), or a
+    DAgger run's ``rounds/``, whose recorded rows and finished rounds are hours of work. A DAgger run would remove
+    them and a plain run would leave them beside a scorer they did not make; either is the user's decision, not a
+    forgotten flag's."""
+    ckpt.refuse_fresh(out)
     rounds = out / ROUNDS
     if (rounds / STATE).is_file():
         done = sum(_finished(out, r) is not None for r in range(len(list(rounds.glob("round-*")))))
@@ -229,7 +232,7 @@ def _refuse_fresh(out: Path) -> None:
 
 
 def _start(cfg, dist, resume: bool, settings: dict) -> None:
-    """Check (resume) or record (fresh run: :func:`_refuse_fresh` has checked that there are no earlier rounds; a
+    """Check (resume) or record (fresh run: :func:`refuse_fresh` has checked that there are no earlier rounds; a
     ``rounds/`` without its ``dagger.json`` is removed) the run's settings. A resume of a finished run
     with a larger ``dagger_rounds`` extends it (:func:`_extends`): the recorded settings take the new count and
     the old final ``scorer/`` and ``summary.json`` are removed (the old last round's scorer stays under
@@ -267,7 +270,7 @@ def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, A
     if resume:  # fail fast, before the data preparation
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config), complete=False)
     else:
-        _refuse_fresh(out)
+        refuse_fresh(out)
     data = load_data(cfg)
     if resume:  # the data's digests too, before the model loads
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config, data))

@@ -36,7 +36,7 @@ from foresight.policies import make_policy
 from foresight.scorer import Scorer, ScorerConfig
 from golden.labels import check_label_tokens, check_labels_match, load_labels, merge_labels
 from golden.traces import load_traces
-from training.dagger import run_dagger
+from training.dagger import refuse_fresh, run_dagger
 from training.digests import digest, digest_rows
 from training.loop import run_task, task_model
 from training.provenance import split_problems, stamp
@@ -200,6 +200,8 @@ def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     if cfg.dagger_rounds:
         return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
                           resume=resume)
+    if not resume:  # an earlier DAgger run's rounds/ too, not only checkpoints (run_task's check)
+        refuse_fresh(Path(cfg.out_dir))
 
     return run_task(
         cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
