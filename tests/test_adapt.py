@@ -256,6 +256,35 @@ def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_r
     assert f"training continued from the adapter `{init}` (sha256 `{meta['init_adapter']['sha256'][:16]}" in card
 
 
+def test_alternation_trains_the_adapter_on_under_a_scorer_made_for_the_adapted_model(data, tmp_path):
+    """A second alternation cycle (DESIGN 4b): the adapter trains on from ``init_adapter`` under a scorer trained for
+    the model that adapter makes (its fingerprint carries the adapter), which is the student's first step; the run
+    records that scorer. A scorer made for another adapter, or one made for an adapter without starting from it, is
+    refused before training."""
+    from foresight.errors import ForesightError
+    from foresight.fingerprint import file_sha256
+    from training.adapt import run_adapt
+
+    fresh = lambda: foresight.load_model("tiny-llama", device="cpu")[0]  # noqa: E731 (LoRA goes into it)
+    scorers = {}
+    for name, steps in (("a", 2), ("c", 1)):
+        run_adapt(_cfg(data, tmp_path / name, steps=steps, policy="learned"), model=fresh())
+        merged, _ = foresight.load_model("tiny-llama", device="cpu", adapter=str(tmp_path / name / "adapter"))
+        scorers[name] = tmp_path / f"scorer_{name}"
+        Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=B, interval=W, hidden=8), seed=4) \
+            .save_pretrained(scorers[name])
+    init = str(tmp_path / "a" / "adapter")
+    out = run_adapt(_cfg(data, tmp_path / "b", steps=1, policy="learned", init_adapter=init,
+                         scorer=str(scorers["a"])), model=fresh())
+    meta = json.loads((Path(out["adapter"]) / "foresight_adapter.json").read_text())
+    assert meta["scorer"] == str(scorers["a"]) and meta["init_adapter"]["path"] == init
+    assert meta["scorer_sha256"] == file_sha256(scorers["a"] / "model.safetensors")
+    for kw in ({"init_adapter": init, "scorer": str(scorers["c"])}, {"scorer": str(scorers["a"])}):
+        with pytest.raises(ForesightError, match="made with another model"):
+            run_adapt(_cfg(data, tmp_path / "x", steps=1, policy="learned", **kw), model=fresh())
+    assert not (tmp_path / "x" / "adapter").exists()
+
+
 def test_init_adapter_of_another_shape_or_base_model_is_refused_before_training(data, tmp_path):
     from foresight.adapters import TRAINING_META, AdapterError
     from foresight.config import ConfigError

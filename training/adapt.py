@@ -37,8 +37,8 @@ import torch
 
 from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory
-from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, check_base, does_not_fit,
-                                quiet_peft)
+from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, adapter_identity, check_base,
+                                does_not_fit, quiet_peft)
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
@@ -49,6 +49,21 @@ from training.digests import digest_files, digest_rows
 from training.loop import evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
 from training.registry import register_trainer
+
+
+def start_fingerprint(base, init_adapter: str | None, scorer: Scorer) -> dict:
+    """The model a frozen ``scorer`` must have been trained for: the base model, or, when training starts from
+    ``init_adapter`` and the scorer records an adapter, the base model with that very adapter (the student's first
+    step). The second is alternation (DESIGN.md section 4b): a scorer trained for the adapted model
+    (``foresight train sl adapter=...``), and the adapter trained on under it; the student then carries that
+    adapter's identity in its fingerprint for the whole run (it *is* that model, trained on), so the runtime's
+    per-replay scorer check agrees, the trainer's own base-side evaluation under ``learned`` included (it evicts the
+    base with the same scorer; ``benchmarks/adapt_eval.py --adapted-scorer`` measures the system against the base
+    with its own scorer). Any other scorer is refused."""
+    fp = model_fingerprint(base)
+    if init_adapter and scorer.config.fingerprint.get("adapter"):
+        fp = {**fp, "adapter": adapter_identity(init_adapter)}
+    return fp
 
 
 def fingerprints(rows: list[dict]) -> list[str]:
@@ -147,8 +162,12 @@ class AdaptTask:
         data.check_base(base)
         self.scorer = None
         if "learned" in (cfg.policy, *cfg.eval_policies):
-            self.scorer = Scorer.from_pretrained(cfg.scorer, model=base, device=base.device).eval()
+            self.scorer = Scorer.from_pretrained(cfg.scorer, device=base.device).eval()
+            start = start_fingerprint(base, cfg.init_adapter, self.scorer)
+            self.scorer.check_compatible(start)
             self.scorer.requires_grad_(False)  # frozen: only the adapter trains
+            if "adapter" in start:  # alternation: the runtime's scorer check sees the init adapter's model
+                base.config.foresight_adapter = start["adapter"]
         self.train_rows, self.val_rows = data.train_rows, data.val_rows
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(cfg.target_modules), bias="none")
