@@ -267,10 +267,8 @@ def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, A
     out = Path(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                world_size=dist.world_size)
-    if resume:  # fail fast, before the data preparation
+    if resume:  # fail fast, before the data preparation (a fresh run: run_sl has called refuse_fresh)
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config), complete=False)
-    else:
-        refuse_fresh(out)
     data = load_data(cfg)
     if resume:  # the data's digests too, before the model loads
         _check(cfg, resume_settings(cfg, dist.world_size, ds_config, data))

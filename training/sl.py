@@ -197,11 +197,11 @@ class SLTask:
 def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
     ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`)."""
+    if not resume:  # either kind of earlier run, before anything loads (plain: rounds/ too, not only checkpoints)
+        refuse_fresh(Path(cfg.out_dir))
     if cfg.dagger_rounds:
         return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
                           resume=resume)
-    if not resume:  # an earlier DAgger run's rounds/ too, not only checkpoints (run_task's check)
-        refuse_fresh(Path(cfg.out_dir))
 
     return run_task(
         cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
