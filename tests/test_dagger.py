@@ -337,31 +337,15 @@ def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):
         run_sl(_cfg(data, ext, dagger_rounds=1, steps=6), resume=True)
 
 
-def test_a_fresh_run_into_an_earlier_dagger_run_is_refused(data, runs, tmp_path, capsys, monkeypatch):
-    """Without --resume a DAgger run removed the earlier run's rounds/ (its rows: hours of replay, 15 GB a round at
-    B=64 on 336 traces). Refused like a plain run over checkpoints: one line, exit 2, before the model loads, nothing
-    changed."""
-    import shutil
-
-    from foresight.cli import main
-    from tests.test_resume_safety import _cli, _files, _no_model_load, _one_line_error
-
-    out = tmp_path / "run"
-    shutil.copytree(runs[0] / "dagger", out)
-    before = _files(out)
-    _no_model_load(monkeypatch)
-    assert main(_cli(data, out, "dagger_rounds=1", "dagger_beta=0.0")) == 2
-    err = _one_line_error(capsys)
-    assert f"out_dir {out} holds an earlier DAgger run ({out / 'rounds'}: 2 finished round(s)); pass --resume" in err
-    assert _files(out) == before  # nothing removed or written
-
-
-@pytest.mark.parametrize("earlier", ["dagger", "plain"])
-def test_a_fresh_run_of_the_other_kind_is_refused(data, runs, tmp_path, capsys, monkeypatch, earlier):
-    """A plain run (dagger_rounds=0) into an earlier DAgger run left its rounds/ beside a scorer they did not make
-    (and overwrote the scorer, summary and split); a DAgger run into an earlier plain run left that run's
-    checkpoints, which a later plain --resume would continue. Both refused: one line, exit 2, before the model loads,
-    nothing changed."""
+@pytest.mark.parametrize("earlier, rerun", [("dagger", ["dagger_rounds=1", "dagger_beta=0.0"]),
+                                            ("dagger", ["dagger_rounds=0"]),
+                                            ("plain", ["dagger_rounds=1", "dagger_beta=0.0"])])
+def test_a_fresh_run_into_an_earlier_run_is_refused(data, runs, tmp_path, capsys, monkeypatch, earlier, rerun):
+    """Without --resume a DAgger run removed an earlier DAgger run's rounds/ (its rows: hours of replay, 15 GB a round
+    at B=64 on 336 traces); a plain run (dagger_rounds=0) left them beside a scorer they did not make (and overwrote
+    the scorer, summary and split); a DAgger run into an earlier plain run left that run's checkpoints, which a later
+    plain --resume would continue. All refused like a plain run over checkpoints: one line, exit 2, before the model
+    loads, nothing removed or written."""
     import shutil
 
     from foresight.cli import main
@@ -376,14 +360,14 @@ def test_a_fresh_run_of_the_other_kind_is_refused(data, runs, tmp_path, capsys, 
         capsys.readouterr()
     before = _files(out)
     _no_model_load(monkeypatch)
-    other = ["dagger_rounds=0"] if earlier == "dagger" else ["dagger_rounds=1", "dagger_beta=0.0"]
-    assert main(_cli(data, out, *other)) == 2
+    assert main(_cli(data, out, *rerun)) == 2
     err = _one_line_error(capsys)
     if earlier == "dagger":
-        assert f"out_dir {out} holds an earlier DAgger run ({out / 'rounds'}: 2 finished round(s))" in err
+        rounds = out / "rounds"
+        assert f"out_dir {out} holds an earlier DAgger run ({rounds}: 2 finished round(s)); pass --resume" in err
     else:
         assert f"out_dir {out} holds the checkpoints of an earlier run (newest: {checkpoint_root(out)}" in err
-    assert _files(out) == before
+    assert _files(out) == before  # nothing removed or written
 
 
 # ---------------------------------------------------------------------------------------------------------------
