@@ -26,6 +26,7 @@ import torch
 from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, check_scorer_base,
                                        paired_with, resolve_adapter_dir, write_adapter)
 from foresight import __version__
+from evaluation.quality import check_record_values
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
@@ -53,24 +54,70 @@ def resolve_scorer_dir(path: str | Path) -> Path:
     )
 
 
-def _other_scorer(path: Path, records: list, scorer_dir: Path) -> str | None:
-    """The scorer SHA-256 that the ``foresight eval fidelity`` run behind ``path`` recorded (its ``settings.json``)
-    when its ``learned`` records measured other weights than ``scorer_dir``'s; None otherwise or when unrecorded."""
+def _is_learned(record: dict) -> bool:
+    return str(record.get("policy", "")).startswith("learned")
+
+
+def check_card_records(records, where: str) -> None:
+    """Refuse fidelity records the card cannot quote: not a non-empty list of objects with a ``policy``, or values
+    of the wrong type (:func:`evaluation.quality.check_record_values`; ``budget`` an integer), so a foreign file is
+    one line, not a traceback while the card is sorted."""
+    if not isinstance(records, list) or not records or not all(isinstance(r, dict) and isinstance(r.get("policy"), str)
+                                                                  for r in records):
+        raise ForesightError(f"{where} must hold a non-empty list of fidelity records (objects with a `policy`, as "
+                             "`foresight eval fidelity` writes them)")
+    for r in records:
+        check_record_values(r, f"{where}: record {r['policy']!r}", finite=False)  # the card prints NaN as n/a
+        if "budget" in r and (not isinstance(r["budget"], int) or isinstance(r["budget"], bool)):
+            raise ForesightError(f"{where}: record {r['policy']!r}: 'budget' must be an integer, got {r['budget']!r}")
+
+
+def measured_other(path: Path, records: list, sha: str) -> str | None:
+    """Why the ``learned`` records of ``path`` cannot be quoted as measuring the scorer weights ``sha``; None when
+    each is identified as this scorer: by its own ``scorer_sha256`` (``benchmarks/quality/card.py`` and this export
+    write one) or by the ``scorer_sha256`` of the ``foresight eval fidelity`` run's ``settings.json`` beside it.
+    Records that name no weights are not quoted: a card would otherwise present any scorer's numbers as this one's."""
     settings = path.with_name("settings.json")
-    if not settings.is_file() or not any(isinstance(r, dict) and str(r.get("policy", "")).startswith("learned")
-                                         for r in records):
+    recorded = None
+    if settings.is_file():
+        try:
+            recorded = json.loads(settings.read_text()).get("scorer_sha256")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            recorded = None
+    for r in records:
+        if not _is_learned(r):
+            continue
+        named = [v for v in (r.get("scorer_sha256"), recorded) if v]
+        if not named:
+            return (f"its record {r['policy']!r} does not say which scorer weights it measured (no scorer_sha256 in "
+                    f"the record or in {settings})")
+        other = next((v for v in named if v != sha), None)
+        if other:
+            return f"its record {r['policy']!r} measured another scorer (weights sha256 {str(other)[:12]}…)"
+    return None
+
+
+def _summary_fidelity(path: Path, scorer_dir: Path) -> list | None:
+    """The fidelity records of a training ``summary.json`` that measured ``scorer_dir``: the summary of the run whose
+    final scorer it is (``<out_dir>/scorer`` beside it, recorded as its ``scorer`` entry), else None."""
+    if (path.parent / "scorer").resolve() != scorer_dir.resolve():
         return None
     try:
-        recorded = json.loads(settings.read_text()).get("scorer_sha256")
-    except (OSError, ValueError, AttributeError):
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    return recorded if recorded and recorded != file_sha256(scorer_dir / WEIGHTS_NAME) else None
+    if not isinstance(data, dict) or not isinstance(data.get("scorer"), str):
+        return None
+    fid = (data.get("eval") or {}).get("fidelity") if isinstance(data.get("eval"), dict) else None
+    return fid or data.get("fidelity")
 
 
 def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = None) -> tuple[list[dict], str] | None:
-    """Fidelity records for the model card: ``explicit``, else a ``fidelity.json`` or training ``summary.json``
-    (its ``fidelity`` entry) next to the scorer or in the source directory. An evaluation recorded as measuring
-    other scorer weights is refused (``explicit``) or passed over (found)."""
+    """Fidelity records for the model card: ``explicit``, else a ``fidelity.json`` next to the scorer or in the
+    source directory whose learned records are identified as this scorer (:func:`measured_other`), or the
+    ``fidelity`` entry of the training ``summary.json`` that trained it. ``explicit`` records that are malformed or
+    not identified as this scorer are refused; found ones are passed over."""
+    sha = file_sha256(scorer_dir / WEIGHTS_NAME)
     if explicit is not None:
         p = Path(explicit)
         if p.is_dir():
@@ -78,30 +125,30 @@ def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = Non
         if not p.is_file():
             raise ForesightError(f"fidelity results not found: {p}")
         records = read_json(p, "--fidelity results", expect=list)
-        if not all(isinstance(r, dict) and "policy" in r for r in records):
-            raise ForesightError(f"{p} must hold a list of fidelity records (objects with a `policy`, as "
-                                 "`foresight eval fidelity` writes them)")
-        other = _other_scorer(p, records, scorer_dir)
+        check_card_records(records, f"--fidelity {p}")
+        other = measured_other(p, records, sha)
         if other:
-            raise ForesightError(f"--fidelity {p}: measured another scorer (weights sha256 {other[:12]}…, "
-                                 f"{p.with_name('settings.json')}), not {scorer_dir}; pass this scorer's evaluation")
+            raise ForesightError(f"--fidelity {p}: {other}, not {scorer_dir} ({sha[:12]}…); pass this scorer's "
+                                 "evaluation (`foresight eval fidelity --scorer` it, or `benchmarks/quality/card.py`)")
         return records, str(p)
     for d in dict.fromkeys([scorer_dir, src, src.parent]):
         for name in ("fidelity.json", "eval/fidelity.json"):
             if (d / name).is_file():
                 records = read_json(d / name, "fidelity results", expect=list)
-                if not _other_scorer(d / name, records, scorer_dir):
+                try:
+                    check_card_records(records, str(d / name))
+                except ForesightError:
+                    continue
+                if not measured_other(d / name, records, sha):
                     return records, str(d / name)
-        summ = d / "summary.json"
-        if summ.is_file():
-            try:
-                data = json.loads(summ.read_text())
-            except json.JSONDecodeError:
-                continue
-            fid = (data.get("eval") or {}).get("fidelity") if isinstance(data.get("eval"), dict) else None
-            fid = fid or data.get("fidelity")
+        if (d / "summary.json").is_file():
+            fid = _summary_fidelity(d / "summary.json", scorer_dir)
             if isinstance(fid, list) and fid:
-                return fid, str(summ)
+                try:
+                    check_card_records(fid, str(d / "summary.json"))
+                except ForesightError:
+                    continue
+                return fid, str(d / "summary.json")
     return None
 
 
@@ -354,8 +401,10 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
         # one that training output, quality.json and adapter pairing recorded
         scorer.save_config(tmp)
         shutil.copyfile(scorer_dir / WEIGHTS_NAME, tmp / WEIGHTS_NAME)
-        if fid:
-            (tmp / "fidelity.json").write_text(json.dumps(fid[0], indent=2) + "\n")
+        if fid:  # each learned record names the weights it measured, so a re-export can check them again
+            sha = file_sha256(scorer_dir / WEIGHTS_NAME)
+            stamped = [{**r, "scorer_sha256": sha} if _is_learned(r) else r for r in fid[0]]
+            (tmp / "fidelity.json").write_text(json.dumps(stamped, indent=2) + "\n")
         diff = export_onnx(scorer, tmp / ONNX_NAME, atol=atol) if onnx else None
         lines = None
         if adapter_dir is not None:

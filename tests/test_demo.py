@@ -24,7 +24,8 @@ def _check_outputs(out):
     report = (out / "report.md").read_text()
     assert "## Verdict" in report and "learned loss ratio" in report
     assert (out / "scorer_export" / "model.safetensors").exists()
-    assert (out / "scorer_export" / "README.md").exists()
+    card = (out / "scorer_export" / "README.md").read_text()
+    assert "| learned |" in card and "SL only" not in card  # the exported scorer's rows, not the SL scorer's
     summary = json.loads((out / "summary.json").read_text())
     assert summary["heldout_traces"] >= 1 and summary["export"]["onnx_max_abs_diff"] <= 1e-5
     grpo = summary["grpo"]

@@ -15,6 +15,7 @@ from foresight.cli import main
 @pytest.fixture
 def scorer_dir(tmp_path, tiny_llama):
     """A scorer with non-trivial weights and normaliser, saved as a training run would (``<run>/scorer``)."""
+    from foresight.fingerprint import file_sha256
     from foresight.models import model_fingerprint
     from foresight.scorer import Scorer, ScorerConfig
 
@@ -28,8 +29,9 @@ def scorer_dir(tmp_path, tiny_llama):
         scorer.feature_std.uniform_(0.5, 2.0)
     run = tmp_path / "run"
     scorer.save_pretrained(run / "scorer")
+    sha = file_sha256(run / "scorer" / "model.safetensors")  # the record names the weights it measured
     fid = [{"policy": "learned", "budget": 32, "interval": 8, "loss_ratio": 1.0123, "delta_ce": 0.01, "kl": 0.02,
-            "top1_agreement": 0.97, "tokens": 500},
+            "top1_agreement": 0.97, "tokens": 500, "scorer_sha256": sha},
            {"policy": "random", "budget": 32, "interval": 8, "loss_ratio": 1.2345, "delta_ce": 0.2, "kl": 0.3,
             "top1_agreement": 0.8, "tokens": 500}]
     (run / "fidelity.json").write_text(json.dumps(fid))
@@ -41,11 +43,15 @@ def _features(cfg, gen, batch=2, n=11):
 
 
 def test_round_trip(scorer_dir, tmp_path, capsys):
+    from foresight.fingerprint import file_sha256
     from foresight.scorer import Scorer
 
     # weights as an older version wrote them (two metadata keys): the export must keep those very bytes
     src = scorer_dir / "scorer" / "model.safetensors"
     save_file(load_file(src), str(src), metadata={"type": "foresight-scorer", "format": "pt"})
+    fid = json.loads((scorer_dir / "fidelity.json").read_text())  # other bytes: the evaluation names them
+    fid[0]["scorer_sha256"] = file_sha256(src)
+    (scorer_dir / "fidelity.json").write_text(json.dumps(fid))
     out = tmp_path / "export"
     assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} >= {"config.json", "model.safetensors", "README.md"}
@@ -203,3 +209,66 @@ def test_fidelity_of_another_scorer_is_not_quoted(scorer_dir, tmp_path, capsys):
     (scorer_dir / "settings.json").write_text(json.dumps({"model": "tiny-llama", "scorer_sha256": sha}))
     assert main(["export", str(scorer_dir), "--out", str(out), "--overwrite", "--fidelity", str(scorer_dir)]) == 0
     assert "| 32 | learned | 1.0123 |" in (out / "README.md").read_text()
+
+
+def _write_fid(path, records):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(records))
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda r: {**r, "scorer_sha256": "f" * 64}, "ffffffffffff"),  # a card of other weights (another B, another run)
+    (lambda r: {k: v for k, v in r.items() if k != "scorer_sha256"}, "does not say which scorer weights"),
+    (lambda r: {**r, "loss_ratio": "1.01"}, "'loss_ratio' must be a number"),
+    (lambda r: {**r, "budget": "32"}, "'budget' must be an integer"),
+])
+def test_fidelity_records_the_card_cannot_quote_are_refused(scorer_dir, tmp_path, capsys, edit, message):
+    """--fidelity records that measured other weights, that name none (a card_fidelity.json of another scorer used
+    to be quoted as this one's), or that hold values of the wrong type (used to crash the card's sort: exit 1):
+    one line, exit 2, nothing written. Found beside the scorer they are passed over."""
+    records = json.loads((scorer_dir / "fidelity.json").read_text())
+    bad = _write_fid(tmp_path / "cards" / "card_fidelity.json", [edit(records[0]), records[1]])
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--fidelity", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and str(bad) in err, err
+    assert not out.exists()
+    _write_fid(scorer_dir / "fidelity.json", [edit(records[0]), records[1]])
+    assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
+    assert "| learned |" not in (out / "README.md").read_text()
+
+
+def test_an_empty_fidelity_list_is_refused(scorer_dir, tmp_path, capsys):
+    bad = _write_fid(tmp_path / "empty.json", [])
+    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o"), "--fidelity", str(bad)]) == 2
+    assert "non-empty list" in capsys.readouterr().err
+
+
+def test_the_export_names_the_weights_its_quoted_records_measured(scorer_dir, tmp_path):
+    """Records identified through settings.json are written with the weights' SHA-256, so re-exporting the export
+    (the packaged scorers' case: no settings.json there) quotes them again; a training summary.json is quoted only
+    beside the scorer it trained."""
+    from foresight.fingerprint import file_sha256
+
+    sha = file_sha256(scorer_dir / "scorer" / "model.safetensors")
+    records = json.loads((scorer_dir / "fidelity.json").read_text())
+    (scorer_dir / "fidelity.json").unlink()
+    ev = _write_fid(tmp_path / "ev" / "fidelity.json", [{k: v for k, v in r.items() if k != "scorer_sha256"}
+                                                         for r in records])
+    (ev.parent / "settings.json").write_text(json.dumps({"model": "tiny-llama", "scorer_sha256": sha}))
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["export", str(scorer_dir), "--out", str(first), "--fidelity", str(ev)]) == 0
+    written = json.loads((first / "fidelity.json").read_text())
+    assert [r.get("scorer_sha256") for r in written] == [sha, None]  # the learned record only
+    assert main(["export", str(first), "--out", str(second)]) == 0
+    assert "| 32 | learned | 1.0123 |" in (second / "README.md").read_text()
+    # a training summary.json is quoted beside the scorer it trained (run/summary.json, run/scorer), not from the
+    # directory above the run (whose scorer/ is not this one)
+    summary = json.dumps({"scorer": "somewhere/scorer", "fidelity": [records[0]]})
+    (tmp_path / "summary.json").write_text(summary)
+    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o1")]) == 0
+    assert "| learned |" not in (tmp_path / "o1" / "README.md").read_text()
+    (scorer_dir / "summary.json").write_text(summary)
+    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o2")]) == 0
+    assert "| 32 | learned | 1.0123 |" in (tmp_path / "o2" / "README.md").read_text()

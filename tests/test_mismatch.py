@@ -292,11 +292,13 @@ def test_onnx_check_does_not_verify_nan_against_nan(llama_scorer, tmp_path):
 
 def test_export_refuses_to_overwrite_and_replaces_atomically(llama_scorer, tmp_path, capsys, monkeypatch):
     import evaluation.export as export
+    from foresight.fingerprint import file_sha256
 
     out = tmp_path / "export"
     (tmp_path / "results").mkdir()
     fid = tmp_path / "results" / "fidelity.json"  # not beside the scorer, where the export would find it itself
-    fid.write_text(json.dumps([{"policy": "learned", "budget": B, "loss_ratio": 1.01}]))
+    sha = file_sha256(llama_scorer / "model.safetensors")  # the record names the weights it measured
+    fid.write_text(json.dumps([{"policy": "learned", "budget": B, "loss_ratio": 1.01, "scorer_sha256": sha}]))
     assert main(["export", str(llama_scorer), "--out", str(out), "--onnx", "--fidelity", str(fid)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     assert {"scorer.onnx", "fidelity.json", "model.safetensors", "README.md"} <= set(before)

@@ -338,6 +338,7 @@ def test_feature_subsets_are_columns_of_the_full_set():
 def test_every_shipped_scorer_loads_and_matches_its_name():
     """The pretrained scorers committed under foresight/scorers/ load by short name (weights finite, checked on
     load) and were trained at the B and W their name says, for the model their name says."""
+    from foresight.fingerprint import file_sha256
     from foresight.scorer import shipped_scorers
 
     shipped = shipped_scorers()
@@ -352,6 +353,9 @@ def test_every_shipped_scorer_loads_and_matches_its_name():
         # the model card's evaluation was measured at the scorer's own B and W
         card = json.loads((shipped[name] / "fidelity.json").read_text())
         assert card and {r["budget"] for r in card} == {cfg.budget} and {r["interval"] for r in card} == {cfg.interval}
+        # ... of these very weights: every learned row names them (what `foresight export` checks on a re-export)
+        sha = file_sha256(shipped[name] / "model.safetensors")
+        assert {r.get("scorer_sha256") for r in card if r["policy"].startswith("learned")} == {sha}
 
 
 @pytest.mark.slow

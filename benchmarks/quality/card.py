@@ -6,7 +6,8 @@ scorer's top-k stage, that stage, and the same scorer's sampled stage (often a s
 selection=sample``). The two learned records are relabelled so the card says which rows are this scorer; each keeps
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
-CE); anything else is refused. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``)
+CE) and trace ids; anything else is refused. The learned records carry the weights' SHA-256 when the runs recorded
+it (``scorer_sha256``), which ``foresight export --fidelity`` checks against the exported scorer. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``)
 take golden and the best heuristic from ``--reference``, a quality benchmark run on the same traces.
 
     python benchmarks/quality/card.py --budget 64 --interval 16 \\
@@ -77,8 +78,10 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
     topk_file, _, topk_stage = topk_spec.rpartition(":")
     sample_file, _, sample_stage = sample_spec.rpartition(":")
     check_comparable(meta_t, topk, meta_s, sample, topk_spec, sample_spec)
+    same_traces(topk, sample, topk_spec, sample_spec)
     (sha_t, dir_t), (sha_s, dir_s) = (_scorer_identity(meta_t, topk_stage, budget, interval),
                                       _scorer_identity(meta_s, sample_stage, budget, interval))
+    weights = sha_t if sha_t is not None and sha_t == sha_s else None  # what `foresight export` checks
     if sha_t is None or sha_s is None:  # runs from before results recorded weights: the same directory at least
         sha_t, sha_s = dir_t, dir_s
     if sha_t is None or sha_t != sha_s:
@@ -94,9 +97,11 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
             name = f"{reference}:{r['policy']}"
             check_comparable(meta_r, r, meta_t, topk, name, topk_spec)
             same_traces(r, topk, name, topk_spec)
-    keep = [golden, {**topk, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file}, best]
+    named = {"scorer_sha256": weights} if weights else {}
+    keep = [golden, {**topk, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file,
+                     **named}, best]
     keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={temperature:g})",
-                 "stage": sample_stage, "source": sample_file})
+                 "stage": sample_stage, "source": sample_file, **named})
     return keep
 
 

@@ -29,6 +29,8 @@ from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
 from evaluation.report import write_fidelity_outputs
 from foresight.data import synthetic_problems
+from foresight.fingerprint import file_sha256
+from foresight.scorer import WEIGHTS_NAME
 from golden.pipeline import label_traces
 from golden.traces import generate_traces, load_traces
 from training.grpo import GRPOConfig, run_grpo
@@ -155,8 +157,13 @@ def run_demo(cfg: DemoConfig) -> dict:
              f"`learned` = SL ({cfg.sl_steps} steps) + GRPO ({cfg.grpo_steps} steps) scorer trained at "
              f"B={cfg.budget}, W={cfg.interval}; `learned (SL only)` = before GRPO", *skipped]
     md = write_fidelity_outputs(records, out / "fidelity", notes=notes, title="ForesightKV demo: fidelity")
+    # the card quotes the exported (GRPO) scorer's rows, named by its weights, and the heuristics beside them
+    sha = file_sha256(Path(grpo["scorer"]) / WEIGHTS_NAME)
+    card = [{**r, "scorer_sha256": sha} if r["policy"] == "learned" else r for r in records
+            if r["policy"] != "learned (SL only)"]
+    (out / "fidelity" / "card_fidelity.json").write_text(json.dumps(card, indent=2) + "\n")
     exported = export_scorer(grpo["scorer"], out / "scorer_export", onnx=cfg.export_onnx,
-                             fidelity=out / "fidelity" / "fidelity.json", overwrite=True)  # a rerun re-exports
+                             fidelity=out / "fidelity" / "card_fidelity.json", overwrite=True)  # a rerun re-exports
     grpo_brief = _brief(grpo)
     verdict = summarise(records, cfg.budgets)
     line = grpo_verdict(grpo_brief)
