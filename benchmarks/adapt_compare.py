@@ -24,7 +24,7 @@ from pathlib import Path
 
 from evaluation.adapted import compare_adapters
 from evaluation.quality import check_record_values
-from foresight.config import check_output_file, read_json
+from foresight.config import check_output_file, nonnegative_int, read_json
 from foresight.errors import ForesightError, OneLineParser, run_script
 
 #: What each record of an ``adapt_eval.py`` output needs for the comparison.
@@ -42,6 +42,11 @@ def load_eval(path: str | Path) -> dict:
             if missing:
                 raise ForesightError(f"{path}: a {kind} record has no {', '.join(missing)}")
             check_record_values(rec, f"{path}: {kind} record {rec['policy']!r}")
+        policies = [rec["policy"] for rec in data[kind]]
+        twice = sorted({p for p in policies if policies.count(p) > 1}, key=str)
+        if twice:  # e.g. two runs merged by hand: which one a comparison used would be a guess
+            raise ForesightError(f"{path}: {policies.count(twice[0])} {kind} records {twice[0]!r}; "
+                                 "keep one")
     return data
 
 
@@ -79,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--systems", action="store_true",
                    help="compare two systems (adapter + scorer) whose base sides evict with different scorers too "
                    "(same model and traces still required); the bases are paired as well")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed")
     p.add_argument("--json", default=None, help="also write the result as JSON here")
     p.add_argument("--md", default=None, help="also write the table as Markdown here")
     return p.parse_args(argv)

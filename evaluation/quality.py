@@ -72,22 +72,28 @@ def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_record_values(rec: dict, where: str) -> None:
+def check_record_values(rec: dict, where: str, finite: bool = True) -> None:
     """Refuse a record whose :data:`RECORD_KEYS` (those it has) are not numbers (per-trace ratios: a non-empty
-    object of numbers), so a hand-edited or foreign file is one line, not a traceback in the arithmetic."""
+    object of numbers), so a hand-edited or foreign file is one line, not a traceback in the arithmetic. With
+    ``finite`` (every comparison) they must also be positive and finite: a NaN (``eval fidelity`` writes one where a
+    trace or budget left no scored token) or a zero would otherwise surface as ``nan`` or a division error."""
     if "tokens" in rec and (not isinstance(rec["tokens"], int) or isinstance(rec["tokens"], bool)):
         raise ForesightError(f"{where}: 'tokens' must be an integer, got {rec['tokens']!r}")
     for k in ("ce_full", "loss_ratio", "mean_trace_ratio"):
         if k in rec and not _is_number(rec[k]):
             raise ForesightError(f"{where}: {k!r} must be a number, got {rec[k]!r}")
+        if finite and k in rec and not (math.isfinite(rec[k]) and rec[k] > 0):  # CEs and their ratios
+            raise ForesightError(f"{where}: {k!r} must be a positive finite number, got {rec[k]!r}")
     if "per_trace_ratio" not in rec:
         return
     ratios = rec["per_trace_ratio"]
     if not isinstance(ratios, dict) or not ratios:
         raise ForesightError(f"{where}: 'per_trace_ratio' must be a non-empty object of trace id -> ratio")
-    bad = next((t for t, v in ratios.items() if not _is_number(v)), None)
+    bad = next((t for t, v in ratios.items() if not (_is_number(v) and (not finite or math.isfinite(v) and v > 0))),
+               None)
     if bad is not None:
-        raise ForesightError(f"{where}: 'per_trace_ratio' of trace {bad!r} must be a number, got {ratios[bad]!r}")
+        kind = "a positive finite number" if finite else "a number"
+        raise ForesightError(f"{where}: 'per_trace_ratio' of trace {bad!r} must be {kind}, got {ratios[bad]!r}")
 
 
 def load_gap_references(gap: str, budget: int, interval: int) -> tuple[dict, tuple[str, dict], tuple[str, dict]]:
@@ -105,7 +111,12 @@ def check_comparable(meta_a: dict, a: dict, meta_b: dict, b: dict, a_name: str, 
     """Refuse two stage records (:func:`load_record`) that do not come from the same model and traces: the
     full-cache CE does not depend on the policy, so a different value means different tokens or weights."""
     if meta_a.get("model") != meta_b.get("model"):
-        raise ForesightError(f"model differs: {meta_a.get('model')!r} vs {meta_b.get('model')!r}")
+        raise ForesightError(f"{a_name} and {b_name}: measured on different models ({meta_a.get('model')!r} vs "
+                             f"{meta_b.get('model')!r})")
+    # attention sinks kept apart from the budget change what every policy keeps, not the full-cache CE below
+    if a.get("sinks", 0) != b.get("sinks", 0):
+        raise ForesightError(f"{a_name} and {b_name}: measured with different attention sinks ({a.get('sinks', 0)} vs "
+                             f"{b.get('sinks', 0)}); compare runs of one setting")
     # 1e-4: the same traces give full-cache CEs that differ around 1e-5 when the runs used other thread counts
     # (fp32 reductions in another order: 0.606986 vs 0.606991 on the 48 benchmark traces, 1 vs 2 threads); other
     # traces or weights move it far more

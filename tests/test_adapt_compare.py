@@ -103,7 +103,12 @@ def _edit(path: Path, out: Path, change) -> Path:
     (lambda d: d["adapted"][0].update(loss_ratio="x"), "adapted record 'learned': 'loss_ratio' must be a number"),
     (lambda d: d["base"][0].update(ce_full="x"), "base record 'learned': 'ce_full' must be a number"),
     (lambda d: d["adapted"][0].update(per_trace_ratio=None), "'per_trace_ratio' must be a non-empty object"),
-    (lambda d: d["adapted"][0]["per_trace_ratio"].update({IDS[0]: "x"}), f"of trace '{IDS[0]}' must be a number"),
+    (lambda d: d["adapted"][0]["per_trace_ratio"].update({IDS[0]: "x"}),
+     f"of trace '{IDS[0]}' must be a positive finite number"),
+    # a zero full-cache CE was a ZeroDivisionError; a second record of the policy silently won as the last one
+    (lambda d: d["base"][0].update(ce_full=0.0), "base record 'learned': 'ce_full' must be a positive finite"),
+    (lambda d: d["adapted"].append({**d["adapted"][0], "per_trace_ratio": dict.fromkeys(IDS, 2.0)}),
+     "2 adapted records 'learned'; keep one"),
 ])
 def test_measurements_that_do_not_belong_together_are_refused(evals, tmp_path, capsys, change, match):
     a, b = evals

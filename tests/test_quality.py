@@ -217,12 +217,15 @@ def test_compare_pairs_stages_across_runs_and_refuses_what_does_not_belong(tmp_p
                                                              "ce_full": 0.7}])
     other_model = _quality_json(tmp_path / "o.json", "other", [_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0})])
     no_ratios = _quality_json(tmp_path / "r.json", "m", [{"policy": "sl", "budget": 16, "interval": 4}])
+    # sinks change what a policy keeps, not the full-cache CE: the token and CE check cannot see them
+    other_sinks = _quality_json(tmp_path / "s.json", "m", [{**_rec("sl", {"a": 1.0, "b": 1.0, "c": 1.0}), "sinks": 4}])
     not_quality = tmp_path / "q.json"
     not_quality.write_text(json.dumps({"meta": {}, "records": {"sl": 1}}))
     for spec, match in ((f"{other_traces}:sl", "different traces"), (f"{other_tokens}:sl", "full-cache CE"),
-                        (f"{other_model}:sl", "model differs"), (f"{new}:grpo", "no record 'grpo' at B=16 W=4"),
+                        (f"{other_model}:sl", "measured on different models"), (f"{new}:grpo", "no record 'grpo' at B=16 W=4"),
                         (f"{tmp_path / 'missing.json'}:sl", "not a readable quality.json"), (new, "expected FILE:STAGE"),
                         (f"{no_ratios}:sl", "record 'sl' has no per_trace_ratio"),
+                        (f"{other_sinks}:sl", r"different attention sinks \(4 vs 0\)"),
                         (f"{not_quality}:sl", "not a quality.json")):
         with pytest.raises(ForesightError, match=match):
             compare.compare(spec, f"{old}:sl_long", 16, 4)
@@ -242,7 +245,13 @@ def test_compare_refuses_records_with_values_that_are_not_numbers_and_undecodabl
                                          ({"mean_trace_ratio": True}, "'mean_trace_ratio' must be a number"),
                                          ({"per_trace_ratio": None}, "'per_trace_ratio' must be a non-empty"),
                                          ({"per_trace_ratio": [1.1, 1.3]}, "'per_trace_ratio' must be a non-empty"),
-                                         ({"per_trace_ratio": {"a": "x", "b": 1.3}}, "of trace 'a' must be a number"))):
+                                         ({"per_trace_ratio": {"a": "x", "b": 1.3}},
+                                          "of trace 'a' must be a positive finite number"),
+                                         # NaN (no scored token) and zero: "pooled nan" or a ZeroDivisionError
+                                         ({"loss_ratio": float("nan")}, "'loss_ratio' must be a positive finite"),
+                                         ({"ce_full": 0.0}, "'ce_full' must be a positive finite"),
+                                         ({"per_trace_ratio": {"a": 1.1, "b": float("inf")}},
+                                          "of trace 'b' must be a positive finite number"))):
         bad = _quality_json(tmp_path / f"bad{i}.json", "m", [{**good, **change}])
         with pytest.raises(ForesightError, match=match):
             compare.compare(f"{bad}:sl", f"{old}:sl", 16, 4)
@@ -279,7 +288,7 @@ def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, cap
                          "--gap", f"{bench}:tova"]) == 0
     assert "a closes 64.3% of the" in capsys.readouterr().out
     (ev / "settings.json").write_text(json.dumps({"model": "other"}))
-    with pytest.raises(ForesightError, match="model differs"):
+    with pytest.raises(ForesightError, match="measured on different models"):
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4)
     (ev / "settings.json").write_text(json.dumps({"model": "m"}))
     other = _quality_json(tmp_path / "o.json", "m", [_rec("golden", {"a": 1.0, "b": 1.1, "d": 1.0}),
@@ -349,6 +358,12 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
     assert [r["policy"] for r in got] == ["golden", "learned (this scorer, top-k)", "tova",
                                           "learned (this scorer, selection=sample T=0.003)"]
     assert [r.get("stage") for r in got] == [None, "sl", None, "sl_sample"] and got[3]["source"] == sample
+    assert [r.get("scorer_sha256") for r in got] == [None, "aa", None, "aa"]  # what `foresight export` checks
+    renamed = json.loads(Path(sample).read_text())  # the same scorer, other traces: used to be accepted
+    renamed["records"][1]["per_trace_ratio"] = {"a": 1.2, "c": 1.3}
+    (tmp_path / "r.json").write_text(json.dumps(renamed))
+    with pytest.raises(ForesightError, match="measured on different traces"):
+        card.card_records(f"{topk}:sl", f"{tmp_path / 'r.json'}:sl_sample", 16, 4)
     other = run("o.json", "sl_sample", "bb", {"selection": "sample"})
     with pytest.raises(ForesightError, match="not recorded as the same scorer"):
         card.card_records(f"{topk}:sl", f"{other}:sl_sample", 16, 4)
@@ -427,14 +442,14 @@ def test_card_takes_golden_and_best_from_a_reference_run_for_eval_fidelity_stage
         card.card_records(old_t, ev("os2", "sample", {"scorer": "runs/y/scorer"}), 16, 4, reference=ref("q.json"))
 
 
-def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_path):
+def test_scaling_and_by_length_refuse_runs_that_do_not_make_one_curve_or_table(tmp_path):
     """Two runs with as many held-out traces but different ones (or another model) made one curve silently; a missing
     or damaged file was a traceback."""
     scaling = _run_module("scaling")
 
-    def run(name, n, ids=("a", "b"), model="m", ce_full=0.5):
+    def run(name, n, ids=("a", "b"), model="m", ce_full=0.5, ratio=1.1):
         recs = [_rec("golden", dict.fromkeys(ids, 1.0)), _rec("h2o", dict.fromkeys(ids, 1.2)),
-                _rec(f"sl_{n}", dict.fromkeys(ids, 1.1))]
+                _rec(f"sl_{n}", dict.fromkeys(ids, ratio))]
         for r in recs:
             r.update(tokens=100, ce_full=ce_full)
         (tmp_path / name).write_text(json.dumps({"meta": {"model": model}, "records": recs,
@@ -444,7 +459,7 @@ def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_
     out = ["--out", str(tmp_path / "s.png")]
     assert scaling.main([run("a.json", 10), run("b.json", 30), *out]) == 0
     for other, match in ((run("c.json", 30, ids=("a", "c")), "different traces"),
-                         (run("d.json", 30, model="m2"), "model differs"),
+                         (run("d.json", 30, model="m2"), "measured on different models"),
                          (run("e.json", 30, ce_full=0.7), "full-cache CE"),
                          (str(tmp_path / "missing.json"), "missing.json"),
                          (str(tmp_path), "is a directory")):
@@ -453,6 +468,15 @@ def test_scaling_refuses_runs_on_other_held_out_traces_and_unreadable_files(tmp_
     (tmp_path / "f.json").write_text(json.dumps({"summaries": [{"budget": 16}], "records": []}))
     with pytest.raises(ForesightError, match="f.json: not a quality.json summary"):
         scaling.main([str(tmp_path / "f.json"), *out])
+    # two runs of one N used to be plotted as one curve through both ("N=10: 1.1000, N=10: 1.1500"); the same run
+    # given twice counts once
+    assert scaling.main([str(tmp_path / "a.json"), str(tmp_path / "a.json"), *out]) == 0
+    with pytest.raises(ForesightError, match="stage sl_10: two different results"):
+        scaling.main([str(tmp_path / "a.json"), run("g.json", 10, ratio=1.15), *out])
+    by_length = _run_module("by_length")  # a repeated stage gave more header columns than values
+    with pytest.raises(ForesightError, match="a.json:sl_10: given twice"):
+        by_length.main([f"{tmp_path / 'a.json'}:sl_10", f"{tmp_path / 'a.json'}:sl_10", "--traces", "t", "--gap",
+                        f"{tmp_path / 'a.json'}:h2o", "--budget", "16", "--interval", "4"])
 
 
 def test_scaling_refuses_non_numeric_summary_ratios_and_a_directory_out(tmp_path):
@@ -513,7 +537,7 @@ def test_summarise_refuses_non_numeric_records_stages_without_names_and_no_summa
     summary = {"budget": 16, "interval": 4, "stages": [{"stage": "sl"}]}
     for i, (records, summaries, match) in enumerate((
             ([good[0], {**good[1], "per_trace_ratio": {"a": "x", "b": 1.3}}, good[2]], [summary],
-             r"record 1 \('sl'\): 'per_trace_ratio' of trace 'a' must be a number"),
+             r"record 1 \('sl'\): 'per_trace_ratio' of trace 'a' must be a positive finite number"),
             ([good[0], {**good[1], "per_trace_ratio": None}, good[2]], [summary],
              "'per_trace_ratio' must be a non-empty"),
             ([*good[:2], {**good[2], "loss_ratio": "x"}], [summary], "'loss_ratio' must be a number"),
@@ -549,3 +573,20 @@ def test_quality_summary_refuses_a_heuristic_measured_on_other_traces():
     assert quality_summary([*recs, _rec("tova", {"a": 1.5, "b": 1.6})], ["sl"])["best_heuristic"] == "h2o"
     with pytest.raises(ForesightError, match="golden and tova were measured on different traces"):
         quality_summary([*recs, _rec("tova", {"a": 1.5, "c": 1.6})], ["sl"])
+
+
+def test_a_negative_bootstrap_seed_is_refused_before_the_work(tmp_path, capsys):
+    """numpy's generators refuse a negative seed: compare.py was a traceback, and adapt_eval.py / run.py reached it
+    only after every replay. Every bootstrap --seed is parsed as an integer >= 0 (one line, exit 2)."""
+    compare = _run_module("compare")
+    a = _quality_json(tmp_path / "a.json", "m", [_rec("sl", {"a": 1.2, "b": 1.3})])
+    args = [f"{a}:sl", f"{a}:sl", "--budget", "16", "--interval", "4"]
+    assert compare.main([*args, "--seed", "3"]) == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        compare.main([*args, "--seed", "-1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and "--seed: must be an integer >= 0, got -1" in err, err
+    for script in ("quality/run.py", "quality/summarise.py", "adapt_compare.py", "adapt_eval.py", "adapt_runs.py"):
+        source = (Path(__file__).resolve().parents[1] / "benchmarks" / script).read_text()
+        assert '"--seed", type=nonnegative_int' in source, script
