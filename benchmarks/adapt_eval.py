@@ -54,7 +54,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--policy-arg", action="append", default=[], metavar="[POLICY.]KEY=VALUE")
     p.add_argument("--max-traces", type=nonnegative_int, default=0, help="the first N traces (0 = all)")
     p.add_argument("--batch-size", type=positive_int, default=4)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 

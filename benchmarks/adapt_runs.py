@@ -30,7 +30,7 @@ from pathlib import Path
 
 from evaluation.stats import paired_bootstrap
 from foresight.adapters import TRAINING_META, read_training_meta
-from foresight.config import check_output_file
+from foresight.config import check_output_file, nonnegative_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from training.checkpoint import find_latest, latest_step
 from training.logging import read_metrics
@@ -192,7 +192,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("run_a", help="a `foresight train adapt` out_dir")
     p.add_argument("run_b", help="another one, trained on the same data order")
     p.add_argument("--metric", default="loss", help=f"one of {', '.join(METRICS)} (default loss: the window mean)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed")
     p.add_argument("--json", default=None, help="also write the result as JSON here")
     p.add_argument("--plot", default=None, help="also draw both curves into this PNG")
     return p.parse_args(argv)

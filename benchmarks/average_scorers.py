@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from foresight.config import check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, scorer_sha256
 
@@ -26,6 +27,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     if out.exists():
         raise ForesightError(f"--out {out} exists; choose a new directory")
+    check_output_dir(out, "--out")  # a parent that is a file: a traceback after the members were read
     scorers = [Scorer.from_pretrained(m) for m in args.members]  # each checked (files, finite weights)
     provenance = {"average_of": [{"scorer": m, "sha256": scorer_sha256(m)}
                                  for m in args.members]}

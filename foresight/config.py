@@ -228,10 +228,16 @@ def check_output_file(path: str | Path | None, key: str) -> str | Path | None:
 
 
 def check_output_dir(path: str | Path | None, key: str) -> str | Path | None:
-    """An output directory to be written later (None passes): refused when it exists as something other than a
-    directory, checked before any work (a model load, a benchmark) so it never ends in an unwritable path."""
-    if path is not None and Path(path).exists() and not Path(path).is_dir():
+    """An output directory to be written later (None passes): refused when it, or the nearest of its parents that
+    exists, is something other than a directory (``mkdir`` would fail there), checked before any work (a model
+    load, a benchmark) so it never ends in an unwritable path."""
+    if path is None:
+        return path
+    if Path(path).exists() and not Path(path).is_dir():
         raise ConfigError(f"{key} {path}: exists and is not a directory")
+    above = next((a for a in Path(path).parents if a.exists()), None)
+    if above is not None and not above.is_dir():
+        raise ConfigError(f"{key} {path}: {above} is not a directory")
     return path
 
 

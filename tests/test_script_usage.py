@@ -149,3 +149,20 @@ def test_adapt_eval_refuses_a_bad_cache_setting_or_out_before_reading_the_adapte
                           "exists and is not a directory")):
         with pytest.raises(ForesightError, match=match):
             mod.main([*base, *extra])
+
+
+def test_an_output_dir_under_a_file_is_refused_before_the_work(tmp_path):
+    """``--out FILE/sub``: check_output_dir accepted it (only ``FILE`` itself was refused), so adapt_eval.py ended
+    its whole evaluation in a NotADirectoryError and average_scorers.py in a traceback."""
+    from foresight.config import check_output_dir
+    from foresight.errors import ForesightError
+
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for bad in (afile, afile / "sub", afile / "sub" / "deeper"):
+        with pytest.raises(ForesightError, match=f"--out {bad}: .*not a directory"):
+            check_output_dir(bad, "--out")
+    assert check_output_dir(tmp_path / "new" / "deeper", "--out") == tmp_path / "new" / "deeper"
+    mod = load_script("average_scorers.py", "usage_average_scorers_out")
+    with pytest.raises(ForesightError, match=f"--out {afile / 'sub'}: {afile} is not a directory"):
+        mod.main(["missing-a", "missing-b", "--out", str(afile / "sub")])  # refused before the members are read

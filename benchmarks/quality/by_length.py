@@ -81,6 +81,9 @@ def main(argv=None) -> int:
         edges = tuple(int(e) for e in args.edges.split(","))
     except ValueError:
         raise ForesightError(f"--edges: expected comma-separated integers, got {args.edges!r}") from None
+    twice = next((s for s in args.stages if args.stages.count(s) > 1), None)
+    if twice is not None:  # one column per distinct stage: a repeat misaligned the table
+        raise ForesightError(f"{twice}: given twice; name each stage once")
     rows = by_length(args.traces, args.gap, args.stages, args.budget, args.interval, edges)
     names = [f"{Path(s.rpartition(':')[0]).parent.name}:{s.rpartition(':')[2]}" for s in args.stages]
     print("| tokens | traces | mean length | gap | " + " | ".join(names) + " |")

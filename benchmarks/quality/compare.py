@@ -19,6 +19,7 @@ instead of traces for the paired interval (the cluster bootstrap), for trace set
 from __future__ import annotations
 
 from evaluation.quality import check_comparable, gap_share, load_gap_references, load_record, paired_difference
+from foresight.config import nonnegative_int
 from foresight.errors import OneLineParser, run_script
 
 
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("b", help="FILE:STAGE to subtract")
     p.add_argument("--budget", type=int, required=True)
     p.add_argument("--interval", type=int, required=True)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed")
     p.add_argument("--gap", metavar="FILE:HEURISTIC", default=None,
                    help="a quality.json and its heuristic: report the share of the heuristic -> golden gap closed")
     p.add_argument("--by-problem", action="store_true",

@@ -74,7 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-traces", type=nonnegative_int, default=0,
                    help="evaluate the first N held-out traces (0 = all)")
     p.add_argument("--batch-size", type=positive_int, default=4)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed")
     p.add_argument("--out", required=True)
     return p.parse_args(argv)
 

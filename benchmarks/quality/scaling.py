@@ -67,7 +67,14 @@ def collect(paths: list[str]) -> tuple[dict, dict[str, list[tuple[int, float, fl
             raise ForesightError(f"{path}: not a quality.json summary (missing or malformed {exc})") from None
     if ref is None or not curves:
         raise ForesightError("no stage named <label>_<N> in the given files")
-    return ref, {k: sorted(set(v)) for k, v in curves.items()}
+    curves = {k: sorted(set(v)) for k, v in curves.items()}  # the same stage given twice counts once
+    for label, pts in curves.items():
+        ns = [n for n, _, _ in pts]
+        twice = next((n for n in ns if ns.count(n) > 1), None)
+        if twice is not None:  # two runs of one N would be drawn as one curve through both
+            raise ForesightError(f"stage {label}_{twice}: two different results in the given files; give one run "
+                                 "per number of training traces, or name the stages apart")
+    return ref, curves
 
 
 def main(argv=None) -> int:

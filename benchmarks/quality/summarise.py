@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from evaluation.quality import check_record_values, quality_markdown, quality_summary
+from foresight.config import nonnegative_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 
 #: what :func:`evaluation.quality.quality_summary` reads of each record
@@ -54,7 +55,7 @@ def resummarise(path: Path, seed: int = 0) -> dict:
 def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("quality_json", type=Path)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (run.py's default is 0)")
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="bootstrap seed (run.py's default is 0)")
     p.add_argument("--write", action="store_true", help="rewrite the summaries in quality.json and quality.md")
     args = p.parse_args(argv)
     data = resummarise(args.quality_json, args.seed)
