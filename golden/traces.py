@@ -257,12 +257,14 @@ def _load_shard(path: Path):
                              f"{' '.join(str(exc).split())[:200]}); {_REDO}") from None
 
 
-def load_traces(path: str | Path | Sequence[str | Path]):
-    """Load the finished traces of ``path`` as one ``datasets.Dataset``, shards concatenated in plan order.
+def load_traces(path: str | Path | Sequence[str | Path], complete: bool = True):
+    """Load the traces of ``path`` as one ``datasets.Dataset``, shards concatenated in plan order.
 
     ``path`` is a directory written by :func:`generate_traces` (``foresight trace``), or any dataset saved
     with ``Dataset.save_to_disk`` that has the trace columns; or a list of them, concatenated in order (e.g. a
     second sample of each problem made with ``first_sample=1``), where a trace id found in two sets is refused.
+    A set whose generation has not finished every shard is refused (a measurement on part of it would pass for one
+    on all of it); ``complete=False`` loads the shards finished so far.
     """
     import datasets  # lazy, see the note at the imports
 
@@ -270,7 +272,7 @@ def load_traces(path: str | Path | Sequence[str | Path]):
         paths = list(path)
         if not paths:
             raise ForesightError("no trace directory given (an empty list)")
-        sets = [load_traces(p) for p in paths]
+        sets = [load_traces(p, complete) for p in paths]
         seen: dict[str, str] = {}
         for p, ds in zip(paths, sets):
             for t in ds["trace_id"]:
@@ -290,11 +292,25 @@ def load_traces(path: str | Path | Sequence[str | Path]):
     plan = read_plan(path)
     if plan is None:
         if (path / "dataset_info.json").is_file() or (path / "state.json").is_file():
-            return datasets.load_from_disk(str(path))
+            try:
+                ds = datasets.load_from_disk(str(path))
+            except Exception as exc:  # a damaged or foreign saved dataset: datasets/pyarrow/OS errors of every kind
+                raise ForesightError(f"{path}: not a readable saved dataset ({type(exc).__name__}: "
+                                     f"{' '.join(str(exc).split())[:200]})") from None
+            missing = [c for c in ("trace_id", "input_ids") if c not in getattr(ds, "column_names", [])]
+            if missing:
+                raise ForesightError(f"{path}: a saved dataset without the trace column(s) {', '.join(missing)} "
+                                     "(`foresight trace` writes them)")
+            return ds
         raise ForesightError(f"{path} holds no traces (no {path / 'plan.json'}); run `foresight trace` first")
     if plan.get("kind") != PLAN_KIND:
         raise ForesightError(f"{path} holds {plan.get('kind')!r} output, not traces")
-    parts = [_load_shard(shard_path(path, u["shard"])) for u in plan["units"] if check_shard(path, u["shard"], _REDO)]
-    if not parts:
+    finished = [u["shard"] for u in plan["units"] if check_shard(path, u["shard"], _REDO)]
+    if not finished:
         raise ForesightError(f"{path} has no finished trace shards yet (under {path / SHARDS_DIR})")
-    return datasets.concatenate_datasets(parts)
+    if complete and len(finished) < len(plan["units"]):
+        missing = next(u["shard"] for u in plan["units"] if u["shard"] not in finished)
+        raise ForesightError(f"{path} is unfinished: {len(finished)} of {len(plan['units'])} trace shards done "
+                             f"({shard_path(path, missing)} missing); rerun the `foresight trace` command that made it "
+                             "(it resumes)")
+    return datasets.concatenate_datasets([_load_shard(shard_path(path, s)) for s in finished])

@@ -161,9 +161,17 @@ def test_traces_rank_sharding_merges_deterministically(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     generate_traces(model, tok, problems, tmp_path / "two", seed=0, **SETTINGS)
     assert trace_progress(tmp_path / "two") == (1, 3)  # rank 1 wrote shard 1 only
-    partial = load_traces(tmp_path / "two")
+    partial = load_traces(tmp_path / "two", complete=False)
     assert set(partial["trace_id"]) < set(single["trace_id"])
+    # every reader refuses the unfinished set: a measurement on part of it passed for one on all of it
+    with pytest.raises(ForesightError, match=r"two is unfinished: 1 of 3 trace shards done .*rerun the `foresight trace`"):
+        load_traces(tmp_path / "two")
+    monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("RANK", "0")
+    assert cli_main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(tmp_path / "two"), "--policies",
+                     "full", "--budget", "16", "--interval", "4", "--out", str(tmp_path / "ev")]) == 2
+    assert not (tmp_path / "ev").exists()
+    monkeypatch.setenv("WORLD_SIZE", "2")
     generate_traces(model, tok, problems, tmp_path / "two", seed=0, **SETTINGS)
     merged = load_traces(tmp_path / "two")
     assert merged["trace_id"] == single["trace_id"] and merged["input_ids"] == single["input_ids"]
@@ -287,3 +295,20 @@ def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     assert cli_main(["golden", "--model", "tiny-llama", "--traces", str(tmp_path / "none"), "--out", out,
                      "--budget", "64", "--interval", "16"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_a_damaged_or_foreign_saved_dataset_is_one_line(tmp_path):
+    """A saved dataset with a junk state.json, or without the trace columns, was a FileNotFoundError / KeyError
+    traceback in the scripts (and a message naming no directory in the CLI)."""
+    import datasets
+
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "state.json").write_text("{}")
+    with pytest.raises(ForesightError, match=f"{junk}: not a readable saved dataset"):
+        load_traces(junk)
+    other = tmp_path / "other"
+    datasets.Dataset.from_dict({"text": ["a", "b"]}).save_to_disk(str(other))
+    with pytest.raises(ForesightError, match=f"{other}: a saved dataset without the trace column.s. trace_id, "
+                                             "input_ids"):
+        load_traces(other)
