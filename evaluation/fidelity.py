@@ -230,6 +230,9 @@ def evaluate_fidelity(
                     on_skip(p, b, f"no {p!r} policy for B={b}, W={interval} (e.g. no golden labels for them)")
                 continue
             require_cache(pol, b, interval)  # e.g. a scorer trained for another (B, W): before any compute
+            if sinks and getattr(pol, "replay_only", False):  # fixed evictions (golden's labels), made without sinks
+                raise ForesightError(f"policy {name!r} replays labels made without attention sinks; evaluate it "
+                                     f"with sinks 0, not {sinks} (its replay would diverge at the first event)")
             plan.append((name, b, pol))
     # Labels meet traces here: a golden policy checks its labels against these exact token ids (hashes) and this
     # model now, before any compute (it checks again at every replay).
@@ -246,6 +249,7 @@ def evaluate_fidelity(
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
             "batch_size": batch_size, "ref_dtype": str(ref_dtype),
+            "dtype": str(next(model.parameters()).dtype),  # the weights' (the fingerprint names the model, not it)
             "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]})
     device = model.device
     pad = 0
@@ -253,6 +257,7 @@ def evaluate_fidelity(
     outer = tqdm(total=len(sequences), desc="fidelity", disable=not progress)
     for s0, s1 in _batches(len(sequences), batch_size):
         if jr is not None and s0 in jr.done:  # finished before a crash: the same sums, in the same order
+            _check_batch(jr.done[s0], all_ids[s0:s1], plan, journal)
             _add_batch(acc, jr.done[s0])
             outer.update(s1 - s0)
             continue
@@ -303,6 +308,29 @@ def evaluate_fidelity(
         }
         records.append(acc[(name, b)].record(name, b, interval, extra))
     return records
+
+
+def _check_batch(batch: dict, ids: Sequence[str], plan: list, journal) -> None:
+    """Refuse a journal record that is not this batch's: sums of other traces (a line moved or edited by hand), of
+    another plan, or values that are not numbers. A record is reused only as exactly what the run would compute."""
+    def bad(why: str):
+        return ForesightError(f"{journal}: the record of the batch starting at trace {batch['start']} {why}; delete "
+                              "the journal to start over")
+
+    keys = {f"{name}@{b}" for name, b, _ in plan}
+    if set(batch["policies"]) != keys:
+        raise bad(f"holds {sorted(batch['policies'])}, not this evaluation's {sorted(keys)}")
+    for key, part in batch["policies"].items():
+        rows = part.get("rows") if isinstance(part, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(part.get(k), (int, float)) for k in
+                                                 ("kl", "agree", "kl_tokens")):
+            raise bad(f"has no rows and sums for {key}")
+        for row in rows:
+            if (not isinstance(row, list) or len(row) != 4 or row[0] not in ids
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in row[1:])):
+                raise bad(f"holds a row of {key} that is not one of its traces ({ids[0]}..{ids[-1]}): {row!r:.80}")
+        if len({row[0] for row in rows}) != len(rows):
+            raise bad(f"holds a trace twice under {key}")
 
 
 def _add_batch(acc: dict[tuple[str, int], _Accumulator], batch: dict) -> None:

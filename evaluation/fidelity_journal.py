@@ -4,8 +4,10 @@ with exactly the numbers of an uninterrupted run (the same sums, added in the sa
 
 The first line names what the sums belong to: the model's fingerprint, a digest of the very token ids and trace
 ids, every (policy, budget) with its settings and a digest of what it learned or replays (a scorer's weights,
-golden's labels), W, sinks, the batch size and the reference dtype. A journal of anything else is refused in one
-line, never mixed in; a last line cut short by a crash is dropped and that batch is replayed.
+golden's labels), W, sinks, the batch size, the weights' dtype and the reference dtype. A journal of anything else is
+refused in one line, never mixed in; a last line cut short by a crash is dropped and that batch is replayed; a record
+that is not its batch's (other traces, another plan, a damaged line) is refused
+(:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it).
 """
 
 from __future__ import annotations
@@ -79,12 +81,16 @@ class FidelityJournal:
                 raise ForesightError(f"{self.path}: the journal of another evaluation ({key} differs); delete it to "
                                      "start over, or choose another output directory")
         kept = [lines[0]]
-        for line in lines[1:]:
+        for i, line in enumerate(lines[1:], 2):
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 break  # cut short by a crash: that batch is replayed
-            self.done[int(rec["start"])] = rec
+            if not (isinstance(rec, dict) and isinstance(rec.get("start"), int) and not isinstance(rec["start"], bool)
+                    and isinstance(rec.get("policies"), dict)):
+                raise ForesightError(f"{self.path}: line {i} is not a batch record (a 'start' index and "
+                                     "'policies'); delete the journal to start over")
+            self.done[rec["start"]] = rec
             kept.append(line)
         if len(kept) < len(lines):
             self._write("".join(k + "\n" for k in kept), "w")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import shutil
@@ -185,6 +186,17 @@ def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path,
     with pytest.raises(ForesightError, match="batch_size differs"):
         evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal, batch_size=2)
     assert journal.read_text() == before  # refused before anything is written
+    with pytest.raises(ForesightError, match="dtype differs"):  # sums of fp32 weights mixed with bf16 ones
+        evaluate_fidelity(copy.deepcopy(copy_model).to(torch.bfloat16), copy_traces, ["random"], [12], 4,
+                          journal=journal)
+    header, first = before.splitlines()[:2]
+    moved = json.loads(first)  # batch 0's sums, moved by hand to batch 1: reused as its traces' before
+    journal.write_text("\n".join([header, json.dumps({**moved, "start": 1})]) + "\n")
+    with pytest.raises(ForesightError, match="batch starting at trace 1 holds a row of random@12 that is not one of"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
+    journal.write_text(header + '\n{"note": 1}\n')  # valid JSON, not a record: was a KeyError (exit 1)
+    with pytest.raises(ForesightError, match="line 2 is not a batch record"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
     journal.write_text("not json\n")
     with pytest.raises(ForesightError, match="not a fidelity journal"):
         evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
@@ -476,3 +488,20 @@ def test_cli_reruns_into_its_out_with_the_traces_spelled_another_way(trace_dir, 
     shutil.copytree(trace_dir, other)
     assert main(_fid_args(other, out, "--interval", "8")) == 2
     assert "traces" in capsys.readouterr().err
+
+
+def test_golden_with_attention_sinks_is_refused_before_any_replay(copy_model, copy_traces, monkeypatch):
+    """Labels are made without sinks: with --sinks the golden replay diverged at its first event and failed with
+    "labels ... do not match the replayed cache", after the full-cache and every other policy's replays."""
+    import evaluation.fidelity as fidelity
+    from golden.oracle import label_trace
+
+    ids = [f"t{i}" for i in range(len(copy_traces))]
+    labels = {i: label_trace(copy_model, torch.tensor([s]), 12, 4, trace_id=i) for i, s in zip(ids, copy_traces)}
+    calls = []
+    real = fidelity.replay
+    monkeypatch.setattr(fidelity, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with pytest.raises(ForesightError, match="'golden' replays labels made without attention sinks.*not 2"):
+        evaluate_fidelity(copy_model, copy_traces, ["h2o", "golden"], [12], 4, trace_ids=ids, sinks=2,
+                          policy_kwargs={"golden": {"labels": labels}})
+    assert not calls

@@ -74,8 +74,8 @@ def _check_trace_fingerprint(ds, model, source) -> None:
 # settings.json keys a rerun into a finished --out must match; the fingerprint (model and adapter) is compared once
 # the model has loaded, and keys recorded only since session 33 are compared where the results record them
 FIDELITY_SAME = ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks", "scorer",
-                 "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "fingerprint")
-RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype")
+                 "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "fingerprint", "dtype")
+RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype", "dtype")
 
 
 def _shown(value) -> str:
@@ -133,8 +133,10 @@ def run_fidelity(args) -> int:
 
     import foresight
     from evaluation.fidelity import evaluate_fidelity
-    from evaluation.policies import check_requirements, make_factory, parse_budgets, parse_policies
+    from evaluation.policies import (check_requirements, golden_factory, make_factory, parse_budgets,
+                                     parse_policies)
     from evaluation.report import write_fidelity_outputs
+    from foresight.policies import checked_policy
     from foresight.scorer import scorer_sha256
     from golden.traces import load_traces
 
@@ -148,6 +150,14 @@ def run_fidelity(args) -> int:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ForesightError(f"--out {args.out} exists and is not a directory")
+    if "learned" in names:  # a scorer trained at another B, W (without any_budget): before the model loads
+        checked_policy("learned", [(b, args.interval) for b in budgets], "policy 'learned'",
+                       scorer=args.scorer, **kwargs["learned"])
+    labels_for = None
+    if "golden" in names:  # labels missing or made for another B, W: read now (once), not after the model load
+        labels_for = golden_factory(args.golden, args.interval)
+        for b in budgets:
+            labels_for(b)
     ds = load_traces(args.traces)
     if args.limit is not None:
         ds = ds.select(range(min(args.limit, len(ds))))
@@ -165,8 +175,9 @@ def run_fidelity(args) -> int:
                                     adapter=args.adapter)
     _check_trace_fingerprint(ds, model, args.traces)
     settings["fingerprint"] = foresight.model_fingerprint(model)  # the adapter too, which no argument above shows
-    _check_finished_out(out, {"fingerprint": settings["fingerprint"]})  # the rest was compared before the load
-    factory = make_factory(model=model, scorer=args.scorer, golden=args.golden, interval=args.interval,
+    settings["dtype"] = str(model.dtype).removeprefix("torch.")  # resolved: --dtype's default differs by device
+    _check_finished_out(out, {k: settings[k] for k in ("fingerprint", "dtype")})  # the rest: before the load
+    factory = make_factory(model=model, scorer=args.scorer, golden=labels_for, interval=args.interval,
                            policy_kwargs=kwargs)
     skipped = []
 
@@ -213,6 +224,7 @@ def run_aime(args) -> int:
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
     from foresight.prompts import load_template
+    from foresight.policies.base import require_cache
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
 
@@ -230,6 +242,8 @@ def run_aime(args) -> int:
         cfg = CacheConfig(args.budget if policy.evicts else None, args.interval, args.sinks)
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
+    if policy.evicts:  # e.g. a scorer trained at another B, W: found after the model load before
+        require_cache(policy, cfg.budget, cfg.interval)
     load_template(args.template)  # a missing template file, or one without {problem}, before the model loads
     problems = load_problems(args.data, limit=args.limit)
     check_gradable(problems, args.data)
