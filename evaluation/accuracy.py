@@ -83,6 +83,9 @@ def read_records(out_dir: str | Path) -> list[dict]:
 
 def _check_settings(out: Path, settings: dict) -> None:
     path = out / "settings.json"
+    if not path.exists() and any(out.glob(SAMPLES_GLOB)):  # written before the first sample: nothing tells what
+        raise ForesightError(f"{out} holds samples but no settings.json (the policy, budget and model they were "
+                             "made with are unknown); use another --out")
     if path.exists():
         old = read_json(path, "settings file")
         # the scorer by its weights where both runs recorded them (a path or short name can point at new weights)

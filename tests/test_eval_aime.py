@@ -105,6 +105,13 @@ def test_refuses_to_mix_settings(data, tmp_path, capsys):
     assert _run(data, out, "--limit", "1") == 0
     assert _run(data, out, "--limit", "1", "--max-new-tokens", "30") == 2
     assert "other settings" in capsys.readouterr().err
+    # samples whose settings.json is gone: they were reused under any other policy (labelled as it)
+    (out / "settings.json").unlink()
+    before = sorted((p.name, p.read_bytes()) for p in out.glob("samples-rank*.jsonl"))
+    assert _run(data, out, "--limit", "1", "--max-new-tokens", "30") == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "holds samples but no settings.json" in err, err
+    assert sorted((p.name, p.read_bytes()) for p in out.glob("samples-rank*.jsonl")) == before
 
 
 @pytest.mark.parametrize(
