@@ -31,6 +31,15 @@ def test_benchmark_records(tiny_llama):
     assert table.splitlines()[2].startswith("| full |")
 
 
+def test_two_specs_of_one_policy_class_are_both_measured(tiny_llama):
+    """caote:h2o and caote:tova share the class name "caote": keyed by it, only the first was measured, as "caote"."""
+    model, tok = tiny_llama
+    recs = benchmark(model, tok, ["caote:h2o", "caote:tova"], 32, 8, 24, repeats=1, prompt="x" * 20, warmup=False)
+    by = {r["policy"]: r for r in recs}
+    assert list(by) == ["full", "caote:h2o", "caote:tova"]
+    assert all(by[n]["evictions"] > 0 and by[n]["peak_kv_entries"] == 40 for n in ("caote:h2o", "caote:tova"))
+
+
 def test_cli_writes_json_and_table(tmp_path, capsys):
     out = tmp_path / "bench"
     rc = main(["bench", "--model", "tiny-llama", "--policies", "random", "--budget", "32", "--interval", "8",
