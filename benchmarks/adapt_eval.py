@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from evaluation.adapted import compare_adapted, fidelity_by_policy
-from evaluation.policies import make_factory, parse_policies, parse_policy_args
+from evaluation.policies import check_own_inputs, make_factory, parse_policies, parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
 from foresight.config import check_output_dir, nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
@@ -78,8 +78,11 @@ def _check_inputs(args, policies: list[str]) -> dict:
                                  f"({meta.get('scorer')}); pass --other-scorer to measure a transfer")
         if args.adapted_scorer:
             resolve_scorer(args.adapted_scorer)  # present and readable; its model is checked once the adapter is on
-    elif args.adapted_scorer:
-        raise ForesightError("--adapted-scorer: only the learned policy uses a scorer; add learned to --policies")
+    else:
+        for flag, given in (("--scorer", args.scorer), ("--adapted-scorer", args.adapted_scorer)):
+            if given:  # unused, yet it would be recorded with the results
+                raise ForesightError(f"{flag}: only the learned policy uses a scorer; add learned to --policies or "
+                                     f"drop {flag}")
     if (meta.get("budget"), meta.get("interval")) != (args.budget, args.interval):
         print(f"note: the adapter was trained at B={meta.get('budget')} W={meta.get('interval')}, evaluated at "
               f"B={args.budget} W={args.interval}", flush=True)
@@ -111,9 +114,15 @@ def main(argv=None) -> int:
     # W >= B (or sinks past B - W) failed in the first replay, after the model load
     cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
     check_output_dir(args.out, "--out")  # written after the whole evaluation
-    for name in (p for p in policies if p != "learned"):  # learned is built (and checked) with its scorer below
-        checked_policy(name, [(args.budget, args.interval)], f"policy {name!r}", **kwargs[name])
+    check_own_inputs(policies, kwargs)  # a scorer as --policy-arg beside --scorer: a TypeError traceback
+    cache = [(args.budget, args.interval)]
+    for name in (p for p in policies if p != "learned"):
+        checked_policy(name, cache, f"policy {name!r}", **kwargs[name])
     meta = _check_inputs(args, policies)
+    if "learned" in policies:  # each scorer takes this B and W (else refused after the whole base-side replay)
+        for flag, scorer in (("--scorer", args.scorer), ("--adapted-scorer", args.adapted_scorer)):
+            if scorer:
+                checked_policy("learned", cache, f"{flag} {scorer}", scorer=scorer, **kwargs["learned"])
     out = Path(args.out)
     t0 = time.time()
     base, _ = load_model(args.model)

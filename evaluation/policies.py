@@ -156,6 +156,7 @@ def make_factory(
 
     def factory(name: str, budget: int):
         extra = dict(kwargs.get(name, {}))
+        check_own_inputs([name], kwargs)  # a scorer or labels beside the factory's own: a TypeError traceback
         if name == "learned":
             if not scorer:
                 raise ForesightError("policy 'learned' needs --scorer DIR (a trained or exported scorer)")
@@ -177,16 +178,22 @@ def make_factory(
     return factory
 
 
+def check_own_inputs(names: Sequence[str], policy_kwargs: dict[str, dict] | None) -> None:
+    """Refuse a ``learned`` scorer or ``golden`` labels given as a hyperparameter (``--policy-arg``): the commands
+    take them from ``--scorer`` / ``--golden`` only."""
+    for name, key, flag in (("learned", "scorer", "--scorer"), ("golden", "labels", "--golden")):
+        if name in names and key in (policy_kwargs or {}).get(name, {}):
+            raise ConfigError(f"--policy-arg {name}.{key}: this command takes the {name} policy's {key} from {flag} "
+                              f"DIR only; drop the --policy-arg")
+
+
 def check_requirements(names: list[str], scorer: str | None, golden: str | None,
                        policy_kwargs: dict[str, dict] | None = None) -> None:
     """Fail early (before loading a model) when ``learned``/``golden`` lack their inputs, get them twice (their
     ``scorer`` / ``labels`` hyperparameter also in ``policy_kwargs`` (``--policy-arg``), which
     :func:`make_factory` would pass beside ``--scorer`` / ``--golden``), or get them while not in play (the
     argument would be ignored)."""
-    for name, key, flag in (("learned", "scorer", "--scorer"), ("golden", "labels", "--golden")):
-        if name in names and key in (policy_kwargs or {}).get(name, {}):
-            raise ConfigError(f"--policy-arg {name}.{key}: this command takes the {name} policy's {key} from {flag} "
-                              f"DIR only; drop the --policy-arg")
+    check_own_inputs(names, policy_kwargs)
     for name, given, flag in (("learned", scorer, "--scorer"), ("golden", golden, "--golden")):
         if given and name not in names:  # silently unused, it would still be recorded with the results
             raise ConfigError(f"{flag} {given}: only the {name} policy uses it, and it is not in play "
@@ -197,5 +204,5 @@ def check_requirements(names: list[str], scorer: str | None, golden: str | None,
         raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
 
 
-__all__ = ["check_requirements", "golden_factory", "make_factory", "parse_budgets", "parse_policies",
+__all__ = ["check_own_inputs", "check_requirements", "golden_factory", "make_factory", "parse_budgets", "parse_policies",
            "parse_policy_args"]

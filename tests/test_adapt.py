@@ -506,8 +506,13 @@ def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_agains
     assert adapted["loss_ratio"] == pytest.approx(rec["loss_ratio"], rel=1e-4)
     assert adapted["loss_ratio"] != pytest.approx(same["adapted"][0]["loss_ratio"], rel=1e-6)  # another scorer
     assert "its own scorer" in (tmp_path / "own" / "adapt_eval.md").read_text()
+    other_bw = tmp_path / "own_other_bw"  # refused only after the whole base-side replay, before
+    Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=2 * B, interval=W, hidden=8), seed=2) \
+        .save_pretrained(other_bw)
     for bad, match in ((["--adapted-scorer", str(data["scorer"])], "made with another model"),
-                       (["--adapted-scorer", str(own), "--policies", "h2o"], "only the learned policy")):
+                       (["--adapted-scorer", str(own), "--policies", "h2o"], "only the learned policy"),
+                       (["--adapted-scorer", str(other_bw)], f"--adapted-scorer {other_bw}: "),
+                       (["--policy-arg", f"learned.scorer={own}"], "--policy-arg learned.scorer")):  # a TypeError
         argv = [*args, *bad, "--out", str(tmp_path / "bad")]
         with pytest.raises(SystemExit) as exc:
             mod.run_script(lambda: mod.main(argv), "adapt_eval")

@@ -121,6 +121,11 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
         _run_module().main([*args, "--policy-arg", "sl.selection=bogus"])
     with pytest.raises(ForesightError, match="may not be named like a policy"):
         _run_module().main([*args, "--scorer", f"h2o={tmp_path / 'sl16'}"])
+    # a stage's scorer as a hyperparameter was a TypeError traceback; learned as a heuristic failed after the checks
+    with pytest.raises(ForesightError, match="--policy-arg sl.scorer: a stage's scorer comes from --scorer sl=DIR"):
+        _run_module().main([*args, "--policy-arg", f"sl.scorer={tmp_path / 'sl16'}"])
+    with pytest.raises(ForesightError, match="--policies: learned is not a heuristic here"):
+        _run_module().main([*args, "--policies", "h2o,learned"])
     # a stage without a scorer for one setting is refused before any compute
     i = args.index(f"grpo={tmp_path / 'grpo24'}")
     with pytest.raises(ForesightError, match="no scorer for B=24 W=8"):

@@ -127,6 +127,9 @@ def main(argv=None) -> int:
     twice = sorted({p for p in policies if policies.count(p) > 1} | ({"golden"} & set(policies)))
     if twice:
         raise ForesightError(f"--policies: {', '.join(twice)} named twice (golden is always evaluated)")
+    if "learned" in policies:  # checked as a heuristic, it failed after every check for want of a scorer
+        raise ForesightError("--policies: learned is not a heuristic here; measure a scorer as a stage, --scorer "
+                             "STAGE=DIR (e.g. --scorer sl=runs/sl)")
     if not [p for p in policies if p not in REFERENCES]:
         raise ForesightError(f"--policies {args.policies!r}: no heuristic to compare the learned stages against")
     stages, dirs = _stage_dirs(args.scorer)
@@ -138,6 +141,10 @@ def main(argv=None) -> int:
     for b, w, _ in args.setting:  # W >= B failed only in the first replay, after the model load
         cache_config_arg(b, w, flags=f"--setting {b}:{w}")
     kwargs = parse_policy_args(args.policy_arg, [*stages, *policies])
+    given = next((s for s in stages if "scorer" in kwargs[s]), None)
+    if given:  # passed beside the stage's own scorer: a TypeError traceback
+        raise ForesightError(f"--policy-arg {given}.scorer: a stage's scorer comes from --scorer {given}=DIR only; "
+                             "drop the --policy-arg")
     caches = [(b, w) for b, w, _ in args.setting]
     for name in policies:  # unknown names, bad hyperparameters, a cache it cannot run: before any compute
         checked_policy(name, caches, f"policy {name!r}", **kwargs[name])
