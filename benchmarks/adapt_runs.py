@@ -18,7 +18,10 @@ differ in anything that sets the data order or the eviction (traces, seed, split
 scorer, B, W; traces, scorer and world size only when both runs record them the same way); ``--metric loss``
 across different objectives (``anchor_weight``, ``ce_weight``); and any paired window whose teacher CE
 (``ce_full``, a function of the base model and the batch alone) differs by more than 0.1% or whose count of scored
-positions differs: the two runs did not see the same traces there.
+positions differs: the two runs did not see the same traces there. ``--metric loss`` (a window's mean) also needs
+every paired window to span the same steps (the records of runs logged at another ``log_every`` do not); a run
+resumed from a checkpoint between two records averages its first window after the resume over the steps after the
+checkpoint only, which its records do not show: compare resumed runs with ``--metric kl``.
 """
 
 from __future__ import annotations
@@ -101,9 +104,24 @@ def check_comparable(a: tuple[str, dict], b: tuple[str, dict], metric: str, name
     return unchecked
 
 
+def window_starts(records: dict[int, dict]) -> dict[int, int]:
+    """The first step each logged window averages ``loss`` over: the step after the run's previous record."""
+    steps = sorted(records)
+    return {s: (prev + 1 if prev is not None else 1) for prev, s in zip([None, *steps], steps)}
+
+
 def paired_windows(ra: dict[int, dict], rb: dict[int, dict], metric: str, names: tuple[str, str]) -> list[tuple]:
-    """``(step, a, b)`` for every step both runs logged, after checking each window's teacher CE agrees."""
+    """``(step, a, b)`` for every step both runs logged, after checking each window's teacher CE agrees; for
+    ``loss`` (a window's mean) both windows must also span the same steps: runs logged at other intervals
+    (``log_every``) were paired as if they had, a mean over two steps against one step's."""
     steps = sorted(set(ra) & set(rb))
+    if metric == "loss":
+        wa, wb = window_starts(ra), window_starts(rb)
+        other = next((s for s in steps if wa[s] != wb[s]), None)
+        if other is not None:
+            raise ForesightError(f"step {other}: the logged loss of {names[0]} is the mean of steps {wa[other]}-"
+                                 f"{other}, of {names[1]} of steps {wb[other]}-{other} (another log_every); compare "
+                                 "--metric kl (each window's last step) or runs logged alike")
     if len(steps) < 2:
         raise ForesightError(f"{names[0]} and {names[1]} share {len(steps)} logged training step(s); need 2 or more")
     out = []

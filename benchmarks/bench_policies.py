@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 import foresight
-from foresight.config import positive_int
+from foresight.config import device_arg, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import POLICIES, checked_policy, make_policy, policy_names
 from foresight.schedule import cache_config_arg
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=positive_int, default=1)
     p.add_argument("--reps", type=positive_int, default=2)
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", type=device_arg, default=None)
     p.add_argument("--scorer", action="append", default=[], metavar="NAME=DIR",
                    help="also time `learned` with this scorer, as learned:NAME (repeatable)")
     p.add_argument("--out", default="benchmarks/results/bench_policies.json")

@@ -82,8 +82,10 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
 
     ``share = (mean(worse) - mean(stage)) / (mean(worse) - mean(better))`` over the same traces (e.g. per-trace loss
     ratios of the best heuristic, golden and a learned stage); the interval resamples traces jointly, as
-    :func:`paired_bootstrap` does. Resamples whose gap is not positive are dropped (``n_dropped``); the share is NaN
-    when the full sample's gap is not positive. Returns ``{"share", "ci_low", "ci_high", "n_traces", "n_dropped",
+    :func:`paired_bootstrap` does. Resamples whose gap is not positive are dropped (``n_dropped``); the share and its
+    interval are NaN when the full sample's gap is not positive, and the interval is NaN when more than
+    ``(1 - level) / 2`` of the resamples have no gap (a percentile of what remains would be a number with no meaning:
+    "nan% [-1183%, 3%]" was printed). Returns ``{"share", "ci_low", "ci_high", "n_traces", "n_dropped",
     "level"}``.
     """
     s, w, b = (np.asarray(v, dtype=np.float64) for v in (stage, worse, better))
@@ -99,7 +101,7 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
         ms, mw, mb = s[idx].mean(axis=1), w[idx].mean(axis=1), b[idx].mean(axis=1)
         ok = mw - mb > 0
         out["n_dropped"] = int(n - ok.sum())
-        if ok.any():
+        if gap > 0 and out["n_dropped"] <= (1 - level) / 2 * n:
             out["ci_low"], out["ci_high"] = _interval((mw[ok] - ms[ok]) / (mw[ok] - mb[ok]), level)
     return out
 

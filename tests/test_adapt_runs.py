@@ -72,6 +72,19 @@ def test_only_the_steps_both_runs_logged_pair_up(tmp_path):
     assert res["steps"] == [10, 20] and res["diff_mean"] == pytest.approx(0.05)
 
 
+def test_loss_windows_of_other_spans_are_refused_and_kl_pairs_them(tmp_path, capsys):
+    """Runs logged at another log_every were paired as if alike: B's loss at step 20 is the mean of its steps 11-20,
+    A's the mean of step 20 alone (A - B +0.033 for identical training). kl is each window's last step: it pairs."""
+    ra = _run(tmp_path / "a", [0.1, 0.2, 0.3])
+    rb = _run(tmp_path / "b", [0.1, 0.2, 0.3])
+    recs = [json.loads(line) for line in (ra / "metrics.jsonl").read_text().splitlines()]
+    extra = [{**recs[0], "step": 5}, {**recs[0], "step": 15}]  # A logged every 5 steps
+    (ra / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*extra, *recs]))
+    _fails([str(ra), str(rb)], capsys, "step 10: the logged loss of")
+    assert ar.window_starts({10: {}, 20: {}, 25: {}}) == {10: 1, 20: 11, 25: 21}
+    assert ar.compare(ra, rb, metric="kl")["steps"] == [10, 20, 30]
+
+
 def test_checkpoint_settings_are_read_and_mixed_sources_say_what_they_could_not_check(tmp_path, capsys):
     ra = _run(tmp_path / "a", [0.1, 0.2], as_checkpoint=True)
     rb = _run(tmp_path / "b", [0.1, 0.3])

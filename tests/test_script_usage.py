@@ -39,7 +39,9 @@ def test_split_refuses_a_file_as_its_output_dir(tmp_path):
     target = tmp_path / "split"
     target.write_text("not a directory")
     with pytest.raises(ForesightError, match="exists and is not a directory"):
-        load_script("quality/split.py", "usage_split").main(str(target))
+        load_script("quality/split.py", "usage_split").main([str(target)])
+    with pytest.raises(ForesightError, match=f"{target} is not a directory"):  # under the file: a traceback
+        load_script("quality/split.py", "usage_split").main([str(target / "sub")])
     assert target.read_text() == "not a directory"
 
 
@@ -166,3 +168,12 @@ def test_an_output_dir_under_a_file_is_refused_before_the_work(tmp_path):
     mod = load_script("average_scorers.py", "usage_average_scorers_out")
     with pytest.raises(ForesightError, match=f"--out {afile / 'sub'}: {afile} is not a directory"):
         mod.main(["missing-a", "missing-b", "--out", str(afile / "sub")])  # refused before the members are read
+
+
+def test_every_device_option_of_a_script_is_checked_when_parsed():
+    """bench_policies.py --device bogus was a RuntimeError traceback once the model loaded: a script's --device is
+    parsed with foresight.config.device_arg or checked with check_device before use."""
+    for script in SCRIPTS:
+        source = (BENCHMARKS / script).read_text()
+        if '"--device"' in source:
+            assert "device_arg" in source or "check_device(args.device" in source, script

@@ -62,6 +62,10 @@ def test_gap_share_bootstrap_edge_cases():
     assert math.isnan(gap_share_bootstrap([1.1], [1.2], [1.0])["ci_low"])
     none = gap_share_bootstrap([1.1, 1.1], [1.0, 1.0], [1.2, 1.2])  # golden worse than the heuristic: no gap
     assert math.isnan(none["share"]) and none["n_dropped"] == 10000 and math.isnan(none["ci_low"])
+    # a gap that most resamples lose: the percentiles of the rest meant nothing ("nan% [-1183%, 3%]" was printed)
+    thin = gap_share_bootstrap([1.0, 1.3, 1.2, 1.1], [1.0, 1.4, 1.0, 1.0], [1.0, 1.0, 1.2, 1.15], seed=1)
+    assert thin["n_dropped"] > 250 and math.isnan(thin["ci_low"]) and math.isnan(thin["ci_high"])
+    assert thin["share"] == pytest.approx((1.1 - 1.15) / (1.1 - 1.0875))
     with pytest.raises(ValueError):
         gap_share_bootstrap([1.0, 2.0], [1.0], [1.0])
 

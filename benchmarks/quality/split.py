@@ -1,6 +1,6 @@
 """The fixed split of the quality benchmark: 64 MATH-500 dev problems held out, never trained on.
 
-``python benchmarks/quality/split.py OUT_DIR`` writes ``heldout.jsonl`` and ``train.jsonl`` (the other 336
+``python benchmarks/quality/split.py [OUT_DIR]`` (default ``runs/quality/split``) writes ``heldout.jsonl`` and ``train.jsonl`` (the other 336
 problems) for ``foresight trace --data``; the held-out ids are committed in ``heldout_problems.txt`` beside this
 file, and the script refuses to write a split that differs from them.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
+from foresight.config import check_output_dir
 from foresight.data import load_problems
-from foresight.errors import ForesightError, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 
 HERE = Path(__file__).resolve().parent
 HELDOUT = 64
@@ -27,13 +27,15 @@ def split(seed: int = 0) -> tuple[list, list]:
     return [p for p in problems if p.id in held], [p for p in problems if p.id not in held]
 
 
-def main(out: str) -> int:
+def main(argv=None) -> int:
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out", nargs="?", default="runs/quality/split", help="directory to write the two JSONL files to")
+    out = p.parse_args(argv).out
+    check_output_dir(out, "OUT_DIR")  # a file, or a path under one: before anything is computed
     held, train = split()
     committed = (HERE / "heldout_problems.txt").read_text().split()
     if sorted(p.id for p in held) != sorted(committed):
         raise ForesightError("the computed split differs from heldout_problems.txt")
-    if Path(out).exists() and not Path(out).is_dir():
-        raise ForesightError(f"{out} exists and is not a directory")
     Path(out).mkdir(parents=True, exist_ok=True)
     for name, rows in (("heldout", held), ("train", train)):
         with open(Path(out) / f"{name}.jsonl", "w") as f:
@@ -44,4 +46,4 @@ def main(out: str) -> int:
 
 
 if __name__ == "__main__":
-    run_script(lambda: main(sys.argv[1] if len(sys.argv) > 1 else "runs/quality/split"), "split")
+    run_script(main, "split")
