@@ -98,6 +98,11 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
     assert _run_module().main([*args, "--out", str(tmp_path / "whole")]) == 0
     whole = json.loads((tmp_path / "whole" / "quality.json").read_text())
     assert whole["meta"]["resumed"] is False
+    # another benchmark into a finished --out overwrote its results without a word; refused before any compute
+    before = (tmp_path / "whole" / "quality.json").read_bytes()
+    with pytest.raises(ForesightError, match="holds the finished results of another benchmark .*policies differs"):
+        _run_module().main([*args, "--out", str(tmp_path / "whole"), "--policies", "h2o,random"])
+    assert (tmp_path / "whole" / "quality.json").read_bytes() == before
     assert (result["records"], result["summaries"]) == (whole["records"], whole["summaries"])
     assert [(s["budget"], s["interval"], s["traces"]) for s in result["summaries"]] == [(16, 4, 3), (24, 8, 3)]
     for s in result["summaries"]:

@@ -113,6 +113,27 @@ def _plot(summaries: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def _check_finished_out(out: Path, now: dict, settings: list[tuple[int, int]]) -> None:
+    """Refuse an ``--out`` holding the finished ``quality.json`` of another benchmark (other model, traces, scorer
+    weights, policies, hyperparameters or settings), which this run would overwrite; the same benchmark again is
+    fine (it rewrites the same results)."""
+    path = out / "quality.json"
+    if not path.is_file():
+        return
+    try:
+        data = json.loads(path.read_text())
+        meta = data["meta"]
+        done = sorted((int(s["budget"]), int(s["interval"])) for s in data["summaries"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise ForesightError(f"--out {out}: {path} is not a readable quality.json ({exc}); choose a new --out or "
+                             "remove it") from None
+    theirs = {**{k: meta.get(k) for k in now}, "settings": done}
+    for key, value in {**now, "settings": settings}.items():
+        if json.loads(json.dumps(value)) != json.loads(json.dumps(theirs[key])):
+            raise ForesightError(f"--out {out} holds the finished results of another benchmark ({path}: {key} "
+                                 f"differs); choose a new --out or remove {path}")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
@@ -155,6 +176,9 @@ def main(argv=None) -> int:
         for b, w, _ in args.setting:
             if (stage, b, w) not in dirs:
                 raise ForesightError(f"--scorer: stage {stage!r} has no scorer for B={b} W={w}")
+    _check_finished_out(out, {"model": args.model, "traces": args.traces, "scorer_sha256": sha256,
+                              "policies": policies, "policy_args": {k: v for k, v in kwargs.items() if v}},
+                        sorted(settings_bw))
     traces = load_traces(args.traces)
     if args.heldout_ids:
         keep = {line.strip() for line in read_text(args.heldout_ids, "--heldout-ids file").splitlines()
