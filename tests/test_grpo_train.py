@@ -131,6 +131,46 @@ def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
     assert "group_size" in capsys.readouterr().err
 
 
+def test_a_fresh_run_removes_an_earlier_runs_summary_first(tiny_grpo, tmp_path, monkeypatch):
+    """A fresh run into an out_dir without checkpoints left the earlier run's summary.json until its own end: one
+    that failed after saving its artefact left a summary whose numbers export quoted for the new weights."""
+    import training.loop as loop
+    from training.grpo import run_grpo
+
+    model, _ = get_model("tiny-llama")
+    out = tmp_path / "run"
+    assert run_grpo(_cfg(tiny_grpo, out, steps=2, eval_before=False), model=model)["finished"]
+    assert (out / "summary.json").is_file()
+
+    def boom(*a, **k):
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(loop, "train", boom)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_grpo(_cfg(tiny_grpo, out, steps=2, eval_before=False, lr=5e-2), model=model)
+    assert not (out / "summary.json").exists()
+
+
+def test_a_ref_scorer_of_other_features_is_refused_before_the_model_loads(tiny_grpo, tmp_path, capsys):
+    """The KL term scores the rollouts' features (made by init_scorer's extractor) with ref_scorer: one of another
+    feature set ran with exit 0 and a KL on features it never saw (or a shape error, exit 1, after the rollouts)."""
+    from foresight.cli import main
+
+    model, _ = get_model("tiny-llama")
+    fp = foresight.model_fingerprint(model)
+    for name, cfg in (("other_features", ScorerConfig(fp, budget=B, interval=W, hidden=8,
+                                                       feature_set=("prekey", "value", "attn"))),
+                      ("other_decay", ScorerConfig(fp, budget=B, interval=W, hidden=8, decay=0.5))):
+        Scorer(cfg, seed=1).save_pretrained(tmp_path / name)
+        assert main(["train", "grpo", "model=no-such-model", f"traces={tiny_grpo / 'traces'}",
+                     f"init_scorer={tiny_grpo / 'scorer'}", f"ref_scorer={tmp_path / name}",
+                     f"out_dir={tmp_path / 'out'}"]) == 2
+        err = capsys.readouterr().err.strip()
+        key = "feature_set" if name == "other_features" else "decay"
+        assert len(err.splitlines()) == 1 and f"ref_scorer {tmp_path / name}: its {key}" in err, err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_two_rank_cpu_deepspeed_grpo_run_and_resume(tiny_grpo, tmp_path):
     """`torchrun --nproc_per_node 2 -m foresight train grpo` on CPU: 1 step, stop, --resume to 2 steps."""

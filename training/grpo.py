@@ -115,6 +115,13 @@ class GRPOData:
     def __init__(self, cfg: GRPOConfig):
         self.cfg = cfg
         sc = Scorer.from_pretrained(cfg.init_scorer).config  # read and checked here, matched to the model later
+        if cfg.ref_scorer:  # the KL term feeds it the rollouts' features, which the initial scorer's extractor made
+            rc = Scorer.from_pretrained(cfg.ref_scorer).config
+            for key in ("fingerprint", "feature_set", "decay"):
+                if getattr(rc, key) != getattr(sc, key):
+                    raise ForesightError(f"ref_scorer {cfg.ref_scorer}: its {key} {getattr(rc, key)!r} is not "
+                                         f"init_scorer's {getattr(sc, key)!r}; the KL term scores the rollouts' "
+                                         "features with it, so it must take the same ones")
         self.budget = cfg.budget or sc.budget
         self.interval = cfg.interval or sc.interval
         rows = sorted(load_traces(cfg.traces), key=lambda r: r["trace_id"])

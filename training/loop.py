@@ -276,6 +276,8 @@ def run_task(cfg: TrainerConfig, load_data: Callable[[TrainerConfig], TaskData],
     before: dict = {}
     if dist.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        if not resume:  # an earlier run's summary would describe this run's artefact (export quotes it) until the end
+            (out / "summary.json").unlink(missing_ok=True)
         (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
                                                     "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
         if describe is not None:
