@@ -4,6 +4,7 @@ trajectory labelled like a brute-force oracle, dagger_rounds=0 unchanged, resume
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -300,6 +301,25 @@ def test_resume_mid_dagger_equals_uninterrupted(data, tmp_path):
     assert [(r["round"], r["step"], r["beta"]) for r in recs] == [(0, 6, 1.0), (1, 12, 0.5), (2, 18, 0.25)]
     assert all(r["loss_ratio"] > 0 for r in recs)
     assert {f["policy"] for f in recs[-1]["fidelity"]} == {"learned", "h2o"}
+
+
+def test_a_round_restarted_without_a_checkpoint_logs_each_step_once(data, tmp_path):
+    """A round killed before its first checkpoint starts at step 0 again on --resume; its rounds/round-r/metrics.jsonl
+    kept the killed attempt's records, so steps 2, 4, 6 appeared twice."""
+    from training.dagger import round_dir
+    from training.sl import run_sl
+
+    kw = dict(dagger_rounds=1, steps=6)
+    assert run_sl(_cfg(data, tmp_path / "run", **kw))["finished"]
+    r1 = round_dir(tmp_path / "run", 1)
+    logged = [r["step"] for r in _metrics(r1) if r["kind"] == "train"]
+    assert logged == [2, 4, 6]
+    shutil.rmtree(r1 / "scorer")  # as a kill mid round 1 leaves it: records logged, round not marked finished
+    (r1 / "summary.json").unlink()
+    (tmp_path / "run" / "summary.json").unlink()
+    shutil.rmtree(tmp_path / "run" / "scorer")
+    assert run_sl(_cfg(data, tmp_path / "run", **kw), resume=True)["finished"]
+    assert [r["step"] for r in _metrics(r1) if r["kind"] == "train"] == logged
 
 
 def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):

@@ -329,8 +329,11 @@ def _train_round(task, cfg, dist, r: int, golden: dict, used: int, logger) -> di
     round_cfg = replace(cfg, out_dir=str(rdir),
                         max_steps_per_run=cfg.max_steps_per_run - used if cfg.max_steps_per_run else 0)
     identity = {"dagger_round": r, "dagger_rows": digest([task.train["alpha"], task.train["positions"]])}
-    summary = train(_RoundTask(task, identity), round_cfg, dist, resume=ckpt.latest_step(rdir) is not None,
-                    logger=MetricsLogger(rdir, enabled=dist.is_main))
+    resume = ckpt.latest_step(rdir) is not None
+    round_logger = MetricsLogger(rdir, enabled=dist.is_main)
+    if not resume:  # the round starts at step 0 again: a killed attempt's records would repeat (train cuts on resume)
+        round_logger.truncate(-1)
+    summary = train(_RoundTask(task, identity), round_cfg, dist, resume=resume, logger=round_logger)
     if summary["finished"] and dist.is_main:
         task.module.save_pretrained(rdir / "scorer")
         record = _round_record(r, beta, int(golden["alpha"].shape[0]), task, summary["eval"])
