@@ -21,6 +21,8 @@ import hashlib
 import json
 from pathlib import Path, PurePosixPath
 
+import torch
+
 from foresight.errors import ForesightError
 
 #: Fingerprint fields that must agree exactly (besides the model name).
@@ -65,6 +67,15 @@ def model_fingerprint(model) -> dict:
     if adapter:
         fp["adapter"] = dict(adapter)
     return fp
+
+
+def weights_dtype(model) -> dict:
+    """``{"dtype": name}`` of a model whose weights are not float32, else ``{}``: recorded in what a resumable job
+    computes from the weights (trace and label plans, the feature cache's key), where a resume in another precision
+    would mix two computations. Present only when not float32 (the CPU default), as ``"adapter"`` in
+    :func:`model_fingerprint`, so what was made before it was recorded resumes as before."""
+    dtype = next(model.parameters()).dtype
+    return {} if dtype == torch.float32 else {"dtype": str(dtype).removeprefix("torch.")}
 
 
 def model_name(fingerprint: dict) -> str:

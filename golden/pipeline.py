@@ -8,7 +8,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
-from foresight.fingerprint import check_same_model
+from foresight.fingerprint import check_same_model, weights_dtype
 from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
 from golden.labels import LabelMismatchError, check_label_tokens, read_label_file, save_labels
@@ -90,9 +90,10 @@ def label_traces(
         "traces": str(Path(traces).resolve()),
         "skipped": [ids[i] for i in range(len(ids)) if lengths[i] <= budget + interval],
         "units": [{"shard": _shard_name(u), "trace_ids": [ids[i] for i in unit]} for u, unit in enumerate(units)],
+        **weights_dtype(model),  # a resume in another precision would label other shards with other evictions
     }
     out = Path(out_dir)
-    ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units"))
+    ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units", "dtype"))
     rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])

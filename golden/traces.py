@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from foresight.data import Problem
 from foresight.errors import ForesightError
 from foresight.generation import eos_token_ids, generate
+from foresight.fingerprint import weights_dtype
 from foresight.models import model_fingerprint
 from foresight.prompts import build_prompt, load_template
 from golden.sharding import (
@@ -150,9 +151,10 @@ def generate_traces(
         "units": [
             {"shard": _shard_name(i), "trace_ids": [trace_id(p.id, s) for p, s in unit]} for i, unit in enumerate(units)
         ],
+        **weights_dtype(model),  # a resume in another precision would sample other tokens
     }
     out = Path(out_dir)
-    ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units"))
+    ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units", "dtype"))
     rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(i) for i in mine])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from foresight.cli import main as cli_main
 from foresight.data import DataError, load_problems, synthetic_problems
@@ -267,6 +269,10 @@ def test_label_traces_skips_short_and_resumes(trace_dir, tmp_path):
     first = sorted((tmp_path / "g" / "shards").iterdir())[0]
     first.unlink()  # lose one finished shard: the rerun redoes exactly that one
     assert len(load_labels(tmp_path / "g")) == len(long_ids) - 1  # readers of what is finished so far
+    # ... in the precision of the others: a bfloat16 resume relabelled it with other evictions, exit 0
+    with pytest.raises(ForesightError, match=r"different dtype \(null there, \"bfloat16\" now\)"):
+        label_traces(copy.deepcopy(model).to(torch.bfloat16), trace_dir, tmp_path / "g", budget, interval,
+                     traces_per_shard=1, progress=False)
     with pytest.raises(ForesightError, match=rf"1 of {len(long_ids)} label shards are not finished"):
         load_labels(tmp_path / "g", complete=True)  # a trainer's read: not the traces labelled so far
     s2 = label_traces(model, trace_dir, tmp_path / "g", budget, interval, traces_per_shard=1, progress=False)
@@ -312,3 +318,17 @@ def test_a_damaged_or_foreign_saved_dataset_is_one_line(tmp_path):
     with pytest.raises(ForesightError, match=f"{other}: a saved dataset without the trace column.s. trace_id, "
                                              "input_ids"):
         load_traces(other)
+
+
+def test_a_trace_set_resumes_only_in_its_own_precision(tmp_path):
+    """A trace set started with bfloat16 weights and resumed with float32 ones sampled its later shards from other
+    logits (exit 0); the plan records a dtype other than float32, and a resume in another one is refused."""
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=2)
+    half = copy.deepcopy(model).to(torch.bfloat16)
+    generate_traces(half, tok, problems, tmp_path / "t", seed=0, **SETTINGS)
+    assert json.loads((tmp_path / "t" / "plan.json").read_text())["dtype"] == "bfloat16"
+    with pytest.raises(ForesightError, match=r'different dtype \("bfloat16" there, null now\)'):
+        generate_traces(model, tok, problems, tmp_path / "t", seed=0, **SETTINGS)
+    generate_traces(model, tok, problems, tmp_path / "f", seed=0, **SETTINGS)  # float32: no key, as before
+    assert "dtype" not in json.loads((tmp_path / "f" / "plan.json").read_text())

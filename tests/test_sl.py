@@ -392,6 +392,26 @@ def test_feature_cache_identity_covers_the_foresight_targets(tiny_data, tmp_path
         cache.load([row], torch.arange(4), {**lab, row["trace_id"]: new})
 
 
+def test_features_of_weights_in_another_dtype_are_kept_apart(tmp_path):
+    """A run with bfloat16 weights and one with float32 weights shared a feature cache: the second trained on the
+    first's features. The weights' dtype keys the cache when it is not float32 (float32 caches keep their key)."""
+    import copy
+    import hashlib
+    import json
+
+    from foresight.features import FEATURE_GROUPS
+    from foresight.fingerprint import weights_dtype
+    from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    fp = foresight.model_fingerprint(model)
+    plain = FeatureCache(tmp_path, fp, B, W, 0.9, "float16", weights_dtype(model))
+    half = FeatureCache(tmp_path, fp, B, W, 0.9, "float16", weights_dtype(copy.deepcopy(model).to(torch.bfloat16)))
+    assert weights_dtype(model) == {} and half.dir != plain.dir
+    before = json.dumps([fp, B, W, list(FEATURE_GROUPS), 0.9, "float16", FEATURE_CACHE_FORMAT], sort_keys=True)
+    assert plain.dir.name == hashlib.sha1(before.encode()).hexdigest()[:16]  # the key caches were made under
+
+
 def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_data, tmp_path):
     """A trace regenerated (or relabelled) under the same id must be extracted again, not read from the cache."""
     import datasets

@@ -30,6 +30,7 @@ import torch
 
 from evaluation.fidelity import evaluate_fidelity
 from foresight.errors import ForesightError
+from foresight.fingerprint import weights_dtype
 from foresight.features import FEATURE_GROUPS, feature_columns
 from foresight import model_fingerprint
 from foresight.policies import make_policy
@@ -114,7 +115,7 @@ class SLTask:
         # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
         # everything, keeping the configured feature set's columns
         cache = FeatureCache(cfg.feature_cache or Path(cfg.out_dir) / "features", fp, cfg.budget, cfg.interval,
-                             cfg.decay, cfg.feature_dtype)
+                             cfg.decay, cfg.feature_dtype, weights_dtype(model))
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
                                                     fp["num_heads"] // fp["num_kv_heads"]))

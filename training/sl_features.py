@@ -95,12 +95,14 @@ class FeatureCache:
     """Per-trace event files of every feature group under ``root/<key>/`` (see the module docstring)."""
 
     def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
-                 dtype: str):
+                 dtype: str, weights: dict | None = None):
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
         self.head_dim = int(fingerprint["head_dim"])
         self.num_groups = int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"])
-        blob = json.dumps([fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT],
-                          sort_keys=True)
+        key = [fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT]
+        # the model's weights dtype (foresight.fingerprint.weights_dtype), only when not float32: features of bf16
+        # weights were reused by a float32 run; caches made before it was keyed stay float32's
+        blob = json.dumps(key + ([weights] if weights else []), sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     def file(self, trace_id: str) -> Path:
