@@ -19,9 +19,9 @@ scorer, B, W; traces, scorer and world size only when both runs record them the 
 across different objectives (``anchor_weight``, ``ce_weight``); and any paired window whose teacher CE
 (``ce_full``, a function of the base model and the batch alone) differs by more than 0.1% or whose count of scored
 positions differs: the two runs did not see the same traces there. ``--metric loss`` (a window's mean) also needs
-every paired window to span the same steps (the records of runs logged at another ``log_every`` do not); a run
-resumed from a checkpoint between two records averages its first window after the resume over the steps after the
-checkpoint only, which its records do not show: compare resumed runs with ``--metric kl``.
+every paired window to span the same steps: runs logged at another ``log_every`` do not, nor does the first window
+of a run resumed from a checkpoint between two records (it averages the steps after the checkpoint only, and its
+record says so: ``window_from``; runs before that record do not show it).
 """
 
 from __future__ import annotations
@@ -105,9 +105,11 @@ def check_comparable(a: tuple[str, dict], b: tuple[str, dict], metric: str, name
 
 
 def window_starts(records: dict[int, dict]) -> dict[int, int]:
-    """The first step each logged window averages ``loss`` over: the step after the run's previous record."""
+    """The first step each logged window averages ``loss`` over: the step after the run's previous record, or the
+    record's ``window_from`` (written after a resume between two records, when the window is shorter)."""
     steps = sorted(records)
-    return {s: (prev + 1 if prev is not None else 1) for prev, s in zip([None, *steps], steps)}
+    return {s: records[s].get("window_from") or (prev + 1 if prev is not None else 1)
+            for prev, s in zip([None, *steps], steps)}
 
 
 def paired_windows(ra: dict[int, dict], rb: dict[int, dict], metric: str, names: tuple[str, str]) -> list[tuple]:

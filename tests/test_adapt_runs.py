@@ -82,6 +82,7 @@ def test_loss_windows_of_other_spans_are_refused_and_kl_pairs_them(tmp_path, cap
     (ra / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [*extra, *recs]))
     _fails([str(ra), str(rb)], capsys, "step 10: the logged loss of")
     assert ar.window_starts({10: {}, 20: {}, 25: {}}) == {10: 1, 20: 11, 25: 21}
+    assert ar.window_starts({10: {}, 20: {"window_from": 15}}) == {10: 1, 20: 15}  # resumed at step 14
     assert ar.compare(ra, rb, metric="kl")["steps"] == [10, 20, 30]
 
 

@@ -262,6 +262,24 @@ def _weights(path: Path) -> dict:
     return load_file(str(path / "model.safetensors"))
 
 
+def test_a_loss_window_cut_by_a_resume_says_so(tiny_data, tmp_path):
+    """Resumed between two records, the first logged loss averages only the steps after the checkpoint (0.1859 vs
+    0.1499 in the audit): that record names its first step, window_from; the others are as uninterrupted."""
+    from training.logging import read_metrics
+    from training.sl import run_sl
+
+    def train(out):
+        return {r["step"]: r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"}
+
+    run_sl(_cfg(tiny_data, tmp_path / "full", log_every=4))
+    run_sl(_cfg(tiny_data, tmp_path / "part", log_every=4, checkpoint_every=2, max_steps_per_run=2))
+    run_sl(_cfg(tiny_data, tmp_path / "part", log_every=4, checkpoint_every=2), resume=True)
+    full, part = train(tmp_path / "full"), train(tmp_path / "part")
+    assert sorted(full) == sorted(part) == [4, 8] and "window_from" not in full[4] and "window_from" not in full[8]
+    assert part[4]["window_from"] == 3 and "window_from" not in part[8]
+    assert part[8]["loss"] == pytest.approx(full[8]["loss"], rel=1e-6)
+
+
 def test_train_resume_equals_uninterrupted_and_nan_steps_are_skipped(tiny_data, tmp_path, monkeypatch):
     from training import loop
     from training.logging import read_metrics

@@ -124,6 +124,7 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
             print(f"[foresight] resumed from step {start} ({out_dir / ckpt.CHECKPOINTS}){note}")
     last_metrics: dict = {}
     window: list[float] = []
+    window_from = start + 1  # the first step the next logged loss averages
     t0 = time.time()
     stop = cfg.steps if not cfg.max_steps_per_run else min(cfg.steps, start + cfg.max_steps_per_run)
     bar = tqdm(total=cfg.steps, initial=start, desc="train", unit="step", disable=not dist.is_main,
@@ -160,7 +161,9 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
                 "seconds": round(time.time() - t0, 2),
                 **{k: v for k, v in metrics.items()},
             }
-            window = []
+            if (window_from - 1) % cfg.log_every:  # a resume between two records: fewer steps than an uninterrupted
+                last_metrics["window_from"] = window_from  # run's record averages, so the record says which
+            window, window_from = [], done + 1
             logger.log(done, last_metrics, "train")
             if dist.is_main:
                 bar.write(f"[foresight] step {done}/{cfg.steps} loss {last_metrics['loss']:.4f} "
