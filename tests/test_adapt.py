@@ -367,8 +367,14 @@ def test_adapt_config_is_validated_before_any_work(data, tmp_path):
     from tests.conftest import save_random_adapter
 
     lora = save_random_adapter(tmp_path / "lora")
+    other_bw = tmp_path / "scorer_2b"  # for eval_policies: refused only after the whole training
+    Scorer(ScorerConfig(foresight.model_fingerprint(foresight.load_model("tiny-llama", device="cpu")[0]),
+                        budget=2 * B, interval=W, hidden=8), seed=0).save_pretrained(other_bw)
 
-    for kw, match in [({"policy": "full"}, "never evicts"), ({"policy": "golden"}, "decode time"),
+    for kw, match in [({"sinks": B - W + 1}, "budget/interval/sinks"),  # after the model load, split.json written
+                      ({"policy": "h2o", "eval_policies": ["learned"], "scorer": str(other_bw)},
+                       "eval_policies: learned: "),
+                      ({"policy": "full"}, "never evicts"), ({"policy": "golden"}, "decode time"),
                       ({"policy": "h2oo"}, "h2oo"), ({"scorer": None}, "needs `scorer`"),
                       ({"scorer": str(tmp_path)}, "config.json"), ({"lora_r": 0}, "lora_r"),
                       ({"policy": "h2o", "policy_kwargs": {"nope": 1}}, "nope"),

@@ -139,6 +139,12 @@ def test_config_validation(tmp_path):
     with pytest.raises(ValueError, match=r"`traces\[1\]` must be a string"):
         SLConfig.from_dict({"traces": ["t", 3], "labels": "l"})
     assert SLConfig.from_dict({"traces": ["t", "u"], "labels": "l"}).traces == ["t", "u"]
+    for labels in (5, ["l", None], ["l", ""]):  # a TypeError (exit 1) once the labels were read
+        with pytest.raises(ValueError, match="labels must be a `foresight golden` directory or a list"):
+            SLConfig.from_dict({"traces": "t", "labels": labels})
+    assert SLConfig.from_dict({"traces": "t", "labels": ["l", "m"]}).labels == ["l", "m"]
+    with pytest.raises(ValueError, match=r"decay must be in \[0, 1\], got 1.5"):  # found after the model load
+        SLConfig.from_dict({"traces": "t", "labels": "l", "decay": 1.5})
     with pytest.raises(ValueError, match="feature set"):
         SLConfig.from_dict({"traces": "t", "labels": "l", "feature_set": ["key", "bogus"]})
     with pytest.raises(ValueError, match="report_to"):

@@ -10,6 +10,7 @@ from foresight.adapters import AdapterError, adapter_identity
 from foresight.config import ConfigError, check_adapter
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
+from foresight.schedule import CacheConfig
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
 from training.trainer_config import TrainerConfig
 
@@ -74,6 +75,10 @@ class AdaptConfig(TrainerConfig):
             raise ConfigError(f"need 0 < interval < budget, got interval={self.interval}, budget={self.budget}")
         if self.sinks < 0 or self.max_traces < 0 or self.eval_traces < 0:
             raise ConfigError("sinks, max_traces and eval_traces must be >= 0")
+        try:  # sinks past B - W: refused by the runtime after the model load, with split.json written
+            CacheConfig(self.budget, self.interval, self.sinks)
+        except ValueError as exc:
+            raise ConfigError(f"budget/interval/sinks: {exc}") from None
         h = float(self.heldout)
         if not (0 < h < 1 or (h >= 1 and h == int(h))):
             raise ConfigError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
@@ -97,6 +102,13 @@ class AdaptConfig(TrainerConfig):
         if "learned" in (self.policy, *self.eval_policies):
             self._check_scorer()
         self.build_policy()  # unknown or bad hyperparameters fail now, before any model is loaded
+        for name in dict.fromkeys(self.eval_policies):  # as the evaluation builds them: a learned scorer of another
+            if name != self.policy:                      # B/W was refused after the whole training
+                extra = {"scorer": self.scorer} if name == "learned" else {}
+                try:
+                    make_policy(name, **extra).check_cache(self.budget, self.interval)
+                except ValueError as exc:
+                    raise ConfigError(f"eval_policies: {name}: {exc}") from None
 
     def _check_init_adapter(self) -> None:
         """``init_adapter`` is a peft LoRA directory of the shape the LoRA keys describe (its base model is checked

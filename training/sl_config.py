@@ -52,8 +52,13 @@ class SLConfig(TrainerConfig):
         if not self.traces or not self.labels:
             raise ValueError("set `traces` (a `foresight trace` directory) and `labels` (a `foresight golden` "
                              "directory)")
+        labels = self.labels if isinstance(self.labels, list) else [self.labels]
+        if not labels or not all(isinstance(x, str) and x for x in labels):  # e.g. labels=5: a TypeError later
+            raise ValueError(f"labels must be a `foresight golden` directory or a list of them, got {self.labels!r}")
         if not 0 < self.interval < self.budget:
             raise ValueError(f"need 0 < interval < budget, got {self.interval}, {self.budget}")
+        if not 0.0 <= self.decay <= 1.0:  # checked by the feature extractor only after the model load
+            raise ValueError(f"decay must be in [0, 1], got {self.decay}")
         h = float(self.heldout)
         if not (0 < h < 1 or (h >= 1 and h == int(h))):
             raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
