@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from foresight.cli import build_parser, main
 
@@ -65,6 +66,10 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
         "steps.yaml": "steps: [1, 2]\n", "hidden.yaml": 'hidden: "16"\n', "lr_ok.yaml": "lr: 0.5\n",
         "rows.jsonl": '{"problem": "1+1?", "answer": "2"}\n[1, 2]\n', "fid_dict.json": '{"policy": "full"}\n',
         "fid_bad.json": '[{"policy": \n',
+        # DeepSpeed configs this trainer cannot use: a TypeError (exit 1) after the feature extraction, or refused
+        # only at the first checkpoint / by DeepSpeed with split.json written
+        "ds_zero_int.json": '{"zero_optimization": 1}', "ds_stage3.json": '{"zero_optimization": {"stage": 3}}',
+        "ds_fp16.json": '{"fp16": {"enabled": true}}',
     }
     for name, text in files.items():
         (root / name).write_text(text)
@@ -174,6 +179,8 @@ CASES = [
     ("sl-dtype", lambda p: _sl(p, "dtype=float64"), "float64"),
     ("sl-fidelity-policy-typo", lambda p: _sl(p, "fidelity_policies=[h2o, h2oo]"), "h2oo"),
     ("sl-deepspeed-path", lambda p: _sl(p, "deepspeed=/nonexistent/zero9.json"), "zero9.json"),
+    ("sl-deepspeed-zero-int", lambda p: _sl(p, f"deepspeed={p['ds_zero_int.json']}"), "zero_optimization must be"),
+    ("sl-deepspeed-stage3", lambda p: _sl(p, f"deepspeed={p['ds_stage3.json']}"), "ZeRO stage 3"),
     ("sl-unknown-key", lambda p: _sl(p, "learning_rate=0.1"), "learning_rate"),
     ("sl-truncated-labels", lambda p: _sl(p, f"labels={p['labels_cut']}"), "labels-00000.safetensors"),
     ("grpo-temperature-hot", lambda p: _grpo(p, "temperature=hot"), "`temperature`"),
@@ -437,3 +444,12 @@ def test_an_internal_error_is_one_line_exit_1(monkeypatch, capsys):
     assert err.count("\n") == 1 and "internal error: TypeError: unsupported operand spread over lines" in err
     assert main(["--help"]) == 0 and main(["policies", "--bogus"]) == 2
     assert capsys.readouterr().err.strip() == "foresight: error: unrecognized arguments: --bogus"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="mixed precision is refused without a GPU only")
+def test_mixed_precision_without_a_gpu_is_refused_before_any_work(inputs, tmp_path, capsys):
+    p = {**inputs, "out": tmp_path / "out"}
+    assert main(_sl(p, f"deepspeed={p['ds_fp16.json']}")) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "fp16.enabled needs a GPU" in err, err
+    assert not (tmp_path / "out").exists()

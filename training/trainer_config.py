@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import ClassVar
 
+import torch
+
 from foresight.adapters import ADAPTER_WEIGHTS
 from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
 from training.digests import digest, digest_files
@@ -78,7 +80,10 @@ class TrainerConfig:
         check_adapter(self.adapter, "adapter")
         if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
             raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
-        read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)")  # exists and parses, before any work
+        # exists, parses and asks for what this trainer can run, before any work (DeepSpeed or the first checkpoint
+        # found the rest after the data preparation, with split.json written)
+        check_ds_content(read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)", expect=dict),
+                         self.deepspeed, self.device)
 
     def slice_stalls(self, slice_steps: int) -> bool:
         """Whether a time slice of ``slice_steps`` (``max_steps_per_run``, or what is left of it) ends before the run
@@ -104,6 +109,24 @@ def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):
         return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return f
+
+
+def check_ds_content(ds: dict, path, device: str | None) -> None:
+    """Refuse a DeepSpeed config this trainer cannot use: a ``zero_optimization`` that is not an object, a ZeRO
+    stage other than 0, 1, 2 (what checkpoints hold), or fp16 / bf16 mixed precision without a GPU."""
+    zero = ds.get("zero_optimization", {})
+    if not isinstance(zero, dict):
+        raise ValueError(f"DeepSpeed config {path}: zero_optimization must be an object such as {{\"stage\": 1}}, "
+                         f"got {zero!r}")
+    stage = zero.get("stage", 0)
+    if stage not in (0, 1, 2) or isinstance(stage, bool):
+        raise ValueError(f"DeepSpeed config {path}: ZeRO stage {stage!r}; checkpoints support stages 0, 1 and 2")
+    on_gpu = torch.cuda.is_available() and (device is None or str(device).startswith("cuda"))
+    for key in ("fp16", "bf16"):
+        block = ds.get(key)
+        if isinstance(block, dict) and block.get("enabled") and not on_gpu:
+            raise ValueError(f"DeepSpeed config {path}: {key}.enabled needs a GPU (the scorer trains in float32 on "
+                             "CPU); disable it")
 
 
 def zero_stage(ds_config: dict) -> int:
