@@ -204,5 +204,5 @@ def check_requirements(names: list[str], scorer: str | None, golden: str | None,
         raise ForesightError("policy 'golden' needs --golden DIR (the output of `foresight golden`)")
 
 
-__all__ = ["check_own_inputs", "check_requirements", "golden_factory", "make_factory", "parse_budgets", "parse_policies",
-           "parse_policy_args"]
+__all__ = ["check_own_inputs", "check_requirements", "golden_factory", "make_factory", "parse_budgets",
+           "parse_policies", "parse_policy_args"]

@@ -1,8 +1,8 @@
 """The fixed split of the quality benchmark: 64 MATH-500 dev problems held out, never trained on.
 
-``python benchmarks/quality/split.py [OUT_DIR]`` (default ``runs/quality/split``) writes ``heldout.jsonl`` and ``train.jsonl`` (the other 336
-problems) for ``foresight trace --data``; the held-out ids are committed in ``heldout_problems.txt`` beside this
-file, and the script refuses to write a split that differs from them.
+``python benchmarks/quality/split.py [OUT_DIR]`` (default ``runs/quality/split``) writes ``heldout.jsonl`` and
+``train.jsonl`` (the other 336 problems) for ``foresight trace --data``; the held-out ids are committed in
+``heldout_problems.txt`` beside this file, and the script refuses to write a split that differs from them.
 """
 
 from __future__ import annotations
