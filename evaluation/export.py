@@ -25,8 +25,8 @@ import torch
 
 from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_summary, bind_scorer, check_scorer_base,
                                        paired_with, resolve_adapter_dir, write_adapter)
-from foresight import __version__
 from evaluation.quality import check_record_values
+from foresight import __version__
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
@@ -112,12 +112,12 @@ def _summary_fidelity(path: Path, scorer_dir: Path) -> list | None:
     return fid or data.get("fidelity")
 
 
-def find_fidelity(src: Path, scorer_dir: Path, explicit: str | Path | None = None) -> tuple[list[dict], str] | None:
+def find_fidelity(src: Path, scorer_dir: Path, sha: str,
+                  explicit: str | Path | None = None) -> tuple[list[dict], str] | None:
     """Fidelity records for the model card: ``explicit``, else a ``fidelity.json`` next to the scorer or in the
-    source directory whose learned records are identified as this scorer (:func:`measured_other`), or the
-    ``fidelity`` entry of the training ``summary.json`` that trained it. ``explicit`` records that are malformed or
-    not identified as this scorer are refused; found ones are passed over."""
-    sha = file_sha256(scorer_dir / WEIGHTS_NAME)
+    source directory whose learned records are identified as the scorer weights ``sha`` (:func:`measured_other`), or
+    the ``fidelity`` entry of the training ``summary.json`` that trained it. ``explicit`` records that are malformed
+    or not identified as this scorer are refused; found ones are passed over."""
     if explicit is not None:
         p = Path(explicit)
         if p.is_dir():
@@ -387,7 +387,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov
-    fid = find_fidelity(src, scorer_dir, fidelity)  # read before anything is written
+    sha = file_sha256(scorer_dir / WEIGHTS_NAME)  # the weights are copied byte for byte: the export's too
+    fid = find_fidelity(src, scorer_dir, sha, fidelity)  # read before anything is written
     adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None
     if adapter_dir is not None:
         check_scorer_base(adapter_dir, scorer)
@@ -402,7 +403,6 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
         scorer.save_config(tmp)
         shutil.copyfile(scorer_dir / WEIGHTS_NAME, tmp / WEIGHTS_NAME)
         if fid:  # each learned record names the weights it measured, so a re-export can check them again
-            sha = file_sha256(scorer_dir / WEIGHTS_NAME)
             stamped = [{**r, "scorer_sha256": sha} if _is_learned(r) else r for r in fid[0]]
             (tmp / "fidelity.json").write_text(json.dumps(stamped, indent=2) + "\n")
         diff = export_onnx(scorer, tmp / ONNX_NAME, atol=atol) if onnx else None

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from evaluation.fidelity_journal import FidelityJournal, policy_digest, tokens_digest
 from foresight.errors import ForesightError
+from foresight.fingerprint import weights_dtype
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.policies.base import require_cache
@@ -249,7 +250,7 @@ def evaluate_fidelity(
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
             "batch_size": batch_size, "ref_dtype": str(ref_dtype),
-            "dtype": str(next(model.parameters()).dtype),  # the weights' (the fingerprint names the model, not it)
+            **weights_dtype(model),  # the fingerprint names the model, not its precision
             "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]})
     device = model.device
     pad = 0

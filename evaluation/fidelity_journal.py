@@ -4,10 +4,10 @@ with exactly the numbers of an uninterrupted run (the same sums, added in the sa
 
 The first line names what the sums belong to: the model's fingerprint, a digest of the very token ids and trace
 ids, every (policy, budget) with its settings and a digest of what it learned or replays (a scorer's weights,
-golden's labels), W, sinks, the batch size, the weights' dtype and the reference dtype. A journal of anything else is
-refused in one line, never mixed in; a last line cut short by a crash is dropped and that batch is replayed; a record
-that is not its batch's (other traces, another plan, a damaged line) is refused
-(:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it).
+golden's labels), W, sinks, the batch size, the weights' dtype (when not float32, so earlier journals resume) and the
+reference dtype. A journal of anything else is refused in one line, never mixed in; a last line cut short by a crash
+is dropped and that batch is replayed; a record that is not its batch's (other traces, another plan, a damaged line)
+is refused (:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it).
 """
 
 from __future__ import annotations
