@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from filelock import FileLock
 import transformers
 from tokenizers import Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
@@ -183,12 +184,21 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     return out_dir
 
 
-def _smollm2_dir() -> Path:
-    gguf_file = smollm2_gguf_path()
-    target = cache_dir() / "models" / "smollm2-135m"
-    if not (target / "config.json").exists():
-        convert_gguf(gguf_file, target)
+def converted(gguf_file: Path, target: Path) -> Path:
+    """``target``, converted from ``gguf_file`` unless it already is. Processes started together (the ranks of a
+    sharded job on a fresh machine) take a file lock: one converts, the others wait and load its copy, instead of
+    each replacing the directory another is reading."""
+    if (target / "config.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if not (target / "config.json").exists():
+            convert_gguf(gguf_file, target)
     return target
+
+
+def _smollm2_dir() -> Path:
+    return converted(smollm2_gguf_path(), cache_dir() / "models" / "smollm2-135m")
 
 
 BUILTIN_MODELS: dict[str, Callable[[], Path] | None] = {
@@ -265,9 +275,7 @@ def load_model(
             raise ModelLoadError(f"GGUF file not found: {path}")
         _require_gguf()
         digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
-        target = cache_dir() / "models" / f"{path.stem}-{digest}"
-        if not (target / "config.json").exists():
-            convert_gguf(path, target)
+        target = converted(path, cache_dir() / "models" / f"{path.stem}-{digest}")
         model, tokenizer = _load_pretrained(target, dtype)
     elif path.exists():
         if not (path / "config.json").exists():

@@ -75,3 +75,33 @@ def test_default_model_loads_from_cached_copy(smollm2):
     t0 = time.perf_counter()
     foresight.load_model("smollm2-135m", device="cpu")
     assert time.perf_counter() - t0 < 15  # seconds, not the ~18-40 s of a fresh GGUF dequantisation
+
+
+def test_concurrent_first_loads_convert_once(monkeypatch, tmp_path):
+    """Two ranks starting on a fresh machine: one converts the GGUF, the other waits for its copy (before the lock,
+    the second conversion deleted the directory the first rank was loading)."""
+    import threading
+    import time
+
+    from foresight import models
+
+    calls = []
+
+    def slow_convert(gguf_file, out_dir):
+        calls.append(out_dir)
+        time.sleep(0.3)
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return out_dir
+
+    monkeypatch.setattr(models, "convert_gguf", slow_convert)
+    target = tmp_path / "models" / "m"
+    seen = []
+    threads = [threading.Thread(target=lambda: seen.append(models.converted(tmp_path / "m.gguf", target)))
+               for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [target]
+    assert seen == [target] * 3 and (target / "config.json").exists()
