@@ -223,6 +223,17 @@ def _load_pretrained(path: str | Path, dtype: torch.dtype, gguf_file: str | None
     return model, tokenizer
 
 
+def resolved_dtype(name_or_path: str | Path, dtype: torch.dtype | str | None,
+                   device: str | torch.device) -> torch.dtype:
+    """The weights' dtype ``load_model(name_or_path, device, dtype)`` gives: ``dtype`` when set, else the device's
+    default (:func:`default_dtype`); tiny models are always fp32. Known before the model loads."""
+    if str(name_or_path) in TINY_MODELS:
+        return torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    return dtype or default_dtype(torch.device(device))
+
+
 def load_model(
     name_or_path: str = DEFAULT_MODEL,
     device: str | torch.device | None = None,
@@ -259,9 +270,7 @@ def load_model(
         read_adapter_config(adapter)  # a bad directory fails before the (possibly slow) model load
     register_attention()
     device = torch.device(device) if device is not None else default_device()
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    dtype = dtype or default_dtype(device)
+    dtype = resolved_dtype(name_or_path, dtype, device)
     name = str(name_or_path)
     path = Path(name).expanduser()
 

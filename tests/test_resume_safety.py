@@ -434,3 +434,22 @@ def test_grpo_resume_refuses_another_init_scorer_or_temperature(tiny_grpo, tmp_p
     sc.save_pretrained(root / "scorer")  # same path, other weights
     with pytest.raises(ForesightError, match=r"differing: init_scorer, ref_scorer"):
         run_grpo(grpo_cfg(root, out, checkpoint_every=2), resume=True, model=model)
+
+
+def test_resume_settings_record_the_dtype_a_null_dtype_resolves_to(monkeypatch, tmp_path):
+    """``dtype: null`` loads bf16 on a GPU and fp32 on a CPU: a GPU run resumed on a CPU is refused, naming it;
+    CPU settings are what they always were (no key), so earlier CPU checkpoints resume."""
+    from foresight import models
+    from training.grpo_config import GRPOConfig
+    from training.trainer_config import resume_settings
+
+    monkeypatch.setattr(models, "default_dtype", lambda d: torch.bfloat16 if d.type == "cuda" else torch.float32)
+    cfg = GRPOConfig.from_dict({"model": "smollm2-135m", "traces": "t", "init_scorer": "s",
+                                "out_dir": str(tmp_path / "o")})
+    on_cpu, on_gpu = (resume_settings(cfg, 1, {}, device=d) for d in ("cpu", "cuda"))
+    assert "weights_dtype" not in on_cpu and on_gpu["weights_dtype"] == "bfloat16"
+    assert on_cpu == resume_settings(cfg, 1, {})
+    with pytest.raises(ForesightError, match=r"weights_dtype=bfloat16.*weights_dtype=\(unset\)"):
+        check_settings(on_gpu, on_cpu, tmp_path)
+    tiny = GRPOConfig.from_dict({"model": "tiny-llama", "traces": "t", "init_scorer": "s"})
+    assert "weights_dtype" not in resume_settings(tiny, 1, {}, device="cuda")  # tiny models are always fp32

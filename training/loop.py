@@ -113,7 +113,8 @@ def train(task: Task, cfg: TrainerConfig, dist: DistInfo, resume: bool = False,
     logger = logger or MetricsLogger(out_dir, enabled=dist.is_main)
     sampler = StepSampler(task.num_items(), cfg.micro_batch, dist.world_size, cfg.seed)
 
-    settings = resume_settings(cfg, dist.world_size, ds_config, task) if resume or cfg.checkpoint_every else {}
+    settings = (resume_settings(cfg, dist.world_size, ds_config, task, run_device(cfg, dist))
+                if resume or cfg.checkpoint_every else {})
     start, skipped = 0, 0
     if resume:
         manifest = ckpt.load(engine, out_dir, settings)
@@ -212,9 +213,13 @@ def task_model(cfg: TrainerConfig, dist: DistInfo, model=None):
     ``cfg.adapter`` merged on top) loaded on this rank's device."""
     if model is not None:
         return model
-    model, _ = load_model(cfg.model, device=dist.device if cfg.device is None else cfg.device, dtype=cfg.dtype,
-                          adapter=cfg.adapter)
+    model, _ = load_model(cfg.model, device=run_device(cfg, dist), dtype=cfg.dtype, adapter=cfg.adapter)
     return model
+
+
+def run_device(cfg: TrainerConfig, dist: DistInfo):
+    """The device this rank's model and task run on: ``cfg.device`` when set, else the rank's own."""
+    return dist.device if cfg.device is None else cfg.device
 
 
 def evaluate_before(cfg: TrainerConfig, resume: bool, name: str = "") -> Callable[[Task, MetricsLogger], dict]:
@@ -245,8 +250,8 @@ def check_out_dir(cfg: TrainerConfig, dist: DistInfo, resume: bool, data: TaskDa
     path, manifest = ckpt.find_latest(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                world_size=dist.world_size)
-    check_settings(manifest["settings"], resume_settings(cfg, dist.world_size, ds_config, data), path,
-                   complete=data is not None)
+    now = resume_settings(cfg, dist.world_size, ds_config, data, run_device(cfg, dist))
+    check_settings(manifest["settings"], now, path, complete=data is not None)
     if data is None:
         ckpt.verify_files(path, manifest)
 

@@ -17,6 +17,7 @@ import torch
 
 from foresight.adapters import ADAPTER_WEIGHTS
 from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
+from foresight.models import resolved_dtype
 from training.digests import digest, digest_files
 from training.logging import REPORTERS
 
@@ -133,11 +134,16 @@ def zero_stage(ds_config: dict) -> int:
     return int((ds_config.get("zero_optimization") or {}).get("stage", 0))
 
 
-def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=None) -> dict:
+def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=None, device=None) -> dict:
     """What defines a training run and must match on ``--resume``: the config minus ``RUN_CONTROL`` keys, the
-    world size, the DeepSpeed config (stage by itself, the rest as a digest) and, given ``task``, its
-    ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
+    world size, the DeepSpeed config (stage by itself, the rest as a digest), given ``device`` the dtype a trainer's
+    model gets there (``dtype: null`` resolves per device: a bf16 GPU run resumed on a CPU would mix precisions) and,
+    given ``task``, its ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
     out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
+    if device is not None and "dtype" in out:  # only when not float32, so CPU runs' settings are what they were
+        dtype = resolved_dtype(cfg.model, cfg.dtype, device)
+        if dtype != torch.float32:
+            out["weights_dtype"] = str(dtype).removeprefix("torch.")
     out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
                deepspeed=digest([json.dumps(ds_config, sort_keys=True)]))
     if cfg.adapter:  # only when set, so the settings of runs without one are what they always were
