@@ -144,6 +144,32 @@ def test_learned_policy_from_directory_generates_within_budget(tmp_path):
     assert a.token_ids == b.token_ids
 
 
+def test_newcomer_bonus_raises_exactly_the_newest_candidates(tmp_path):
+    """``newcomer_bonus`` adds to the W newest candidates' scores (those judged on W..2W queries) and to no other."""
+    model, tok = get_model("tiny-llama")
+    plain = {}
+    pol = make_policy("learned", scorer=_scorer(model), newcomer_bonus=0.25,
+                      on_features=lambda view, f: plain.update(s=pol.model(f, layer_idx=view.layer_idx)))
+    checked = []
+    score = pol.score
+
+    def both(view):
+        with_bonus = score(view)
+        diff = with_bonus - plain["s"]  # the same features, scored without the bonus
+        pos = view.candidate_positions[0]  # (Hkv, candidates), one sequence
+        newest = pos >= pos.topk(W, dim=-1).values[..., -1:]
+        torch.testing.assert_close(diff[0], torch.where(newest, 0.25, 0.0), atol=1e-6, rtol=0)
+        checked.append(view.event)
+        return with_bonus
+
+    pol.score = both
+    foresight.generate(model, tok, ["Hello there"], policy=pol, budget=B, interval=W, max_new_tokens=40,
+                       stop_on_eos=False)
+    assert len(set(checked)) > 3
+    with pytest.raises(ValueError, match="newcomer_bonus"):
+        make_policy("learned", scorer=pol.model, newcomer_bonus=-0.1)
+
+
 def test_shipped_scorer_loads_by_short_name(tmp_path, monkeypatch):
     import foresight.scorer as scorer_mod
 

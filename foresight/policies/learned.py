@@ -40,6 +40,9 @@ class LearnedPolicy(EvictionPolicy):
         config, recorded by GRPO), else 1.0.
     seed
         Seed of the sampling generator, re-applied at every reset.
+    newcomer_bonus
+        Added to the scores of the candidates that were the protected newest ``W`` at the previous event (the
+        entries judged for the first time, on the least evidence); 0 (default) leaves the scores as trained.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -53,6 +56,7 @@ class LearnedPolicy(EvictionPolicy):
     selection: str = "topk"
     temperature: float | None = None
     seed: int = 0
+    newcomer_bonus: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -64,6 +68,7 @@ class LearnedPolicy(EvictionPolicy):
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if self.temperature is not None:
             check_range("temperature", self.temperature, 1e-6)
+        check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
         self._scorer = self.scorer if isinstance(self.scorer, Scorer) else Scorer.from_pretrained(Path(self.scorer))
@@ -131,6 +136,10 @@ class LearnedPolicy(EvictionPolicy):
                 f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
                 "feature_mean/feature_std, or retrain it)"
             )
+        if self.newcomer_bonus:
+            first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
+            scores = scores.clone()
+            scores[..., first_judged:] += self.newcomer_bonus
         return scores
 
     def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:

@@ -3,7 +3,8 @@
 # nor any benchmark used: the 8 problems the recipe held out inside training (`heldout_traces` in each scorer's
 # config, the same 8 at both budgets), 6 traces each (seed 11, the recipe's sampling otherwise), golden labels at
 # both settings, then the quality benchmark with tova, h2o, top-k and `selection=sample` at T = 0.001 ... 0.03.
-# About 45 min on 2 cores (traces 4, labels 5, the two sweeps side by side 37). Rerun to resume.
+# About 45 min on 2 cores (traces 4, labels 5, the two sweeps side by side 37). Rerun to resume. STAGE=traces: stop
+# after the validation traces.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; V=$E/val_traces
@@ -24,6 +25,7 @@ PY
 stamp "validation traces"
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/val_split/val8.jsonl --samples 6 \
     --max-new-tokens 512 --batch-size 12 --seed 11 --out $V --no-progress
+[ "${STAGE:-}" = traces ] && { stamp "validation traces done (STAGE=traces)"; exit 0; }
 stamp "golden labels"
 two_ranks $PY -m foresight golden --traces $V --out $E/golden_val_B64_W16 --budget 64 --interval 16 --no-progress
 two_ranks $PY -m foresight golden --traces $V --out $E/golden_val_B128_W32 --budget 128 --interval 32 --no-progress
