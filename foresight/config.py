@@ -84,8 +84,8 @@ def _coerce_one(alt: str, value, key: str, owner: str):
     elif base == "float":
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value):
             return value  # nan and inf refused (lr=.inf trains to NaN; no key means "unlimited" by inf)
-        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()):
-            return float(value)
+        if isinstance(value, str) and _FLOAT_TEXT.match(value.strip()) and math.isfinite(float(value)):
+            return float(value)  # "1e400" reads as inf: refused like .inf
     elif base == "str":
         if isinstance(value, str):
             return value

@@ -321,7 +321,7 @@ def test_typed_config_values_are_checked_and_coerced_losslessly():
     cfg = SLConfig.from_dict({**base, "steps": 1e3, "lr": "1e-3", "heldout": 2})
     assert (cfg.steps, cfg.lr) == (1000, 1e-3) and isinstance(cfg.steps, int)
     for key, value in [("steps", 2.5), ("eval_fidelity", "yes"), ("model", 7), ("feature_set", "key"),
-                       ("fidelity_policies", ["h2o", 3])]:
+                       ("fidelity_policies", ["h2o", 3]), ("lr", "1e400")]:  # text past the float range: inf
         with pytest.raises(ConfigError, match=key):
             SLConfig.from_dict({**base, key: value})
     with pytest.raises(ConfigError, match="must be a mapping"):
