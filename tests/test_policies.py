@@ -298,6 +298,13 @@ def test_caote_drops_the_value_that_equals_the_output():
     assert gone == {6}
 
 
+def test_caote_inner_named_twice_must_agree():
+    assert make_policy("caote:h2o", inner="h2o", inner_kwargs={"group_reduce": "max"}).config() == {
+        "inner": "h2o", "inner_kwargs": {"group_reduce": "max"}}  # caote.yaml's inner: h2o, with caote:h2o
+    with pytest.raises(ValueError, match="names its inner policy .*'h2o'.* inner='tova'"):
+        make_policy("caote:h2o", inner="tova")
+
+
 def test_caote_forwards_hooks_to_inner():
     n = 40
     policy = make_policy("caote:h2o")
@@ -371,6 +378,8 @@ def test_lazy_state_is_per_batch_row():
         ("caote", {"inner": "keydiff"}),
         ("caote", {"inner": "streaming_llm"}),
         ("caote", {"inner": "h2o", "inner_kwargs": {"group_reduce": "bad"}}),
+        ("caote", {"inner": 3}),  # --policy-arg inner=3: an AttributeError (exit 1) before
+        ("caote:h2o", {"inner": "tova"}),  # the name's inner policy silently replaced the argument's
         ("h2o", {"alpha": 1.0}),
     ],
 )

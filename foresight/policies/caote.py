@@ -48,7 +48,8 @@ class CAOTEPolicy(EvictionPolicy):
             raise ValueError("caote: inner_kwargs only apply when inner is given by name")
         if not getattr(self.inner, "attention_score", False):
             raise ValueError(
-                f"caote wraps policies whose scores are attention mass (h2o, tova, snapkv), got {self.inner.name!r}"
+                "caote wraps policies whose scores are attention mass (h2o, tova, snapkv), got "
+                f"{getattr(self.inner, 'name', self.inner)!r}"
             )
 
     def config(self) -> dict:

@@ -62,6 +62,10 @@ def make_policy(name: str, **kwargs: Any):
         outer, inner = name.split(":", 1)
         if outer not in POLICIES:
             raise _unknown(outer)
+        if kwargs.get("inner", inner) != inner:  # it replaced `inner` silently: caote:h2o with inner=tova ran h2o
+            raise ValueError(f"policy {name!r} names its inner policy ({inner!r}); drop the hyperparameter "
+                             f"inner={kwargs['inner']!r}, or give the wrapper alone: {outer!r} with inner=...")
+        kwargs.pop("inner", None)  # the same name (configs/policies/caote.yaml's inner: h2o with caote:h2o)
         inner_kwargs = kwargs.pop("inner_kwargs", {}) or {}
         return _build(outer, {**kwargs, "inner": make_policy(inner, **inner_kwargs)})
     if name not in POLICIES:
