@@ -28,7 +28,11 @@ from foresight.schedule import CacheConfig, replay_schedule
 
 
 def resolve_policy(policy: str | EvictionPolicy, **policy_kwargs) -> EvictionPolicy:
-    return make_policy(policy, **policy_kwargs) if isinstance(policy, str) else policy
+    if isinstance(policy, str):
+        return make_policy(policy, **policy_kwargs)
+    if policy_kwargs:  # an instance already holds its hyperparameters: these would be ignored
+        raise ValueError("policy_kwargs only apply to a policy given by name")
+    return policy
 
 
 def forward_logits(model, cache: BudgetedCache, input_ids, positions, attention_mask=None,

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import foresight
+from foresight.policies import make_policy
 from foresight.policies.streaming_llm import StreamingLLMPolicy
 from foresight.runtime import CacheConfig, full_forward_ce, replay_schedule
 from tests.conftest import get_model
@@ -244,6 +245,13 @@ def test_generate_rejects_bad_input(tiny_llama):
     with pytest.raises(ValueError, match="no hyperparameter"):
         foresight.generate(model, tok, ["x"], policy="streaming_llm", budget=8, interval=2,
                            policy_kwargs={"bogus": 1})
+    # hyperparameters beside a policy instance were dropped: h2o ran with its own group_reduce
+    with pytest.raises(ValueError, match="policy_kwargs only apply to a policy given by name"):
+        foresight.generate(model, tok, ["x"], policy=make_policy("h2o"), budget=8, interval=2,
+                           policy_kwargs={"group_reduce": "max"})
+    with pytest.raises(ValueError, match="policy_kwargs only apply to a policy given by name"):
+        foresight.replay(model, [[1, 2, 3]], policy=make_policy("h2o"), budget=8, interval=2,
+                         policy_kwargs={"group_reduce": "max"})
 
 
 def test_checked_policy_names_the_flag_and_checks_every_cache():
