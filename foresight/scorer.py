@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from foresight.config import check_fields
+from foresight.config import check_fields, check_keys, check_value
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
 from foresight.fingerprint import check_same_model, file_sha256
@@ -104,10 +104,18 @@ class ScorerConfig:
         missing = [k for k in ("num_layers", "num_kv_heads", "num_heads", "head_dim") if k not in self.fingerprint]
         if missing:
             raise ValueError(f"fingerprint lacks {', '.join(missing)}; use foresight.model_fingerprint(model)")
+        for k in ("num_layers", "num_kv_heads", "num_heads", "head_dim"):  # the network's shape is built from them
+            if check_value(f"fingerprint.{k}", self.fingerprint[k], "int", "scorer config key") <= 0:
+                raise ValueError(f"fingerprint.{k} must be a positive integer, got {self.fingerprint[k]!r}")
+        if int(self.fingerprint["num_heads"]) % int(self.fingerprint["num_kv_heads"]):
+            raise ValueError(f"fingerprint.num_heads ({self.fingerprint['num_heads']}) must be a multiple of "
+                             f"fingerprint.num_kv_heads ({self.fingerprint['num_kv_heads']})")
         if self.budget <= 0 or self.interval <= 0 or self.interval >= self.budget:
             raise ValueError(f"need 0 < interval < budget, got budget={self.budget} interval={self.interval}")
         if self.hidden <= 0:
             raise ValueError(f"hidden must be positive, got {self.hidden}")
+        if not 0.0 <= self.decay <= 1.0:  # the feature extractor's range, checked when the scorer loads
+            raise ValueError(f"decay must be in [0, 1], got {self.decay}")
         if self.temperature is not None and not (math.isfinite(float(self.temperature)) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0 (or null), got {self.temperature}")
         self.feature_set = check_feature_set(self.feature_set)
@@ -135,8 +143,8 @@ class ScorerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScorerConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        # an unknown key (a misspelt "decy") would be dropped and its default used without a word
+        return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "scorer config"))
 
     def extractor(self) -> FeatureExtractor:
         """The feature extractor matching this scorer (the only way features are built)."""
@@ -300,10 +308,17 @@ class Scorer(nn.Module):
         except (SafetensorError, OSError, ValueError) as exc:
             raise ForesightError(f"{weights} is not a readable safetensors file ({exc})") from None
         for name, tensor in state.items():
-            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            if not tensor.is_floating_point():  # load_state_dict would cast it to float32 without a word
+                raise ForesightError(f"{weights}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}, "
+                                     "not floating point; the file is not a scorer's weights")
+            if not bool(torch.isfinite(tensor).all()):
                 bad = int((~torch.isfinite(tensor)).sum())
                 raise ForesightError(f"{weights}: tensor {name!r} holds {bad} NaN/Inf value(s); the scorer is "
                                      "broken (retrain it, or resume from an earlier checkpoint)")
+        std = state.get("feature_std")
+        if std is not None and not bool((std > 0).all()):  # features are divided by it: inf, or their sign flipped
+            raise ForesightError(f"{weights}: tensor 'feature_std' holds {int((std <= 0).sum())} value(s) <= 0; the "
+                                 "scorer is broken (retrain it, or resume from an earlier checkpoint)")
         try:
             scorer.load_state_dict(state)
         except RuntimeError as exc:

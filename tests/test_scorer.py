@@ -110,6 +110,33 @@ def test_save_load_round_trip_and_mismatch(tmp_path):
             Scorer.from_pretrained(tmp_path / "s")
 
 
+def test_a_damaged_scorer_config_or_weights_file_is_one_line_naming_it(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    model, _ = get_model("tiny-llama")
+    _scorer(model).save_pretrained(tmp_path / "s")
+    cfg = json.loads((tmp_path / "s" / "config.json").read_text())
+    fp = cfg["fingerprint"]
+    # shapes the network is built from (a ZeroDivisionError / RuntimeError before), a decay the extractor refuses
+    # later without the file's name, and a misspelt key whose default was used without a word
+    for bad, match in (({"fingerprint": {**fp, "num_kv_heads": 0}}, "num_kv_heads"),
+                       ({"fingerprint": {**fp, "num_layers": -2}}, "num_layers"),
+                       ({"fingerprint": {**fp, "head_dim": "16"}}, "head_dim"),
+                       ({"fingerprint": {**fp, "num_heads": 5}}, "multiple"),
+                       ({"decay": -1.0}, "decay"), ({"decy": 0.5}, "decy")):
+        (tmp_path / "s" / "config.json").write_text(json.dumps({**cfg, **bad}))
+        with pytest.raises(ForesightError, match=rf"config.json is not a valid scorer config .*{match}"):
+            Scorer.from_pretrained(tmp_path / "s")
+    (tmp_path / "s" / "config.json").write_text(json.dumps(cfg))
+    state = load_file(str(tmp_path / "s" / "model.safetensors"))
+    # integer weights were cast to float32 and a std <= 0 divided the features by zero or flipped their sign
+    for key, value, match in (("w1", state["w1"].round().to(torch.int32), "'w1' is int32"),
+                              ("feature_std", -state["feature_std"], "'feature_std' holds .* <= 0")):
+        save_file({**state, key: value}, str(tmp_path / "s" / "model.safetensors"))
+        with pytest.raises(ForesightError, match=rf"model.safetensors: tensor {match}"):
+            Scorer.from_pretrained(tmp_path / "s")
+
+
 def test_learned_policy_refuses_a_scorer_for_another_layout(tmp_path):
     model, tok = get_model("tiny-llama")
     fp = dict(foresight.model_fingerprint(model), num_layers=3)
