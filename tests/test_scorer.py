@@ -146,6 +146,11 @@ def test_learned_policy_refuses_a_scorer_for_another_layout(tmp_path):
                            max_new_tokens=30)
     with pytest.raises(ForesightError, match="needs a scorer"):
         make_policy("learned")
+    # what --policy-arg gives: a directory name YAML reads as a number, a value for the library's callback
+    with pytest.raises(ForesightError, match="scorer must be a scorer directory .* got 2024"):
+        make_policy("learned", scorer=2024)
+    with pytest.raises(ForesightError, match="on_features must be a callable"):
+        make_policy("learned", scorer=_scorer(model), on_features="x")
     with pytest.raises(ValueError, match="selection"):
         make_policy("learned", scorer=_scorer(model), selection="greedy")
 

@@ -71,6 +71,11 @@ class LearnedPolicy(EvictionPolicy):
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
+        if not isinstance(self.scorer, (Scorer, str, Path)):  # scorer=2024 reads as a number: a TypeError before
+            raise ForesightError(f"scorer must be a scorer directory or a shipped scorer's name, got {self.scorer!r}; "
+                                 f"quote a name that reads as a number: scorer=\"'{self.scorer}'\"")
+        if self.on_features is not None and not callable(self.on_features):  # a TypeError at the first event
+            raise ForesightError(f"on_features must be a callable f(view, features), got {self.on_features!r}")
         self._scorer = self.scorer if isinstance(self.scorer, Scorer) else Scorer.from_pretrained(Path(self.scorer))
         self._scorer.eval()
         self._extractor = self._scorer.config.extractor()
