@@ -88,6 +88,28 @@ def test_every_command_declares_the_policy_and_cache_arguments_the_same_way():
         assert acts["budget"].default is None and acts["interval"].default is None, name
 
 
+@pytest.mark.parametrize("argv, named", [
+    (["generate", "--prompt", "x", "--policy", "paged", "--budget", "16", "--interval", "4", "--policy-arg",
+      "block_size=3"], "block_size (3) must divide the interval W (4)"),
+    (["generate", "--prompt", "x", "--policy", "h2o", "--budget", "16", "--interval", "4", "--sinks", "13"],
+     "--budget/--interval/--sinks: sinks must be in [0, budget - interval], got 13"),
+    (["bench", "--budget", "16", "--interval", "4", "--policies", "paged", "--policy-arg", "paged.block_size=3"],
+     "block_size (3) must divide the interval W (4)"),
+    (["bench", "--budget", "16", "--interval", "4", "--policies", "h2o", "--policy-arg", "h2o.bogus=1"],
+     "policy 'h2o' has no hyperparameter(s) bogus"),
+    # full is always measured, but was built without its arguments: full.x=1 was ignored and the run went on
+    (["bench", "--budget", "16", "--interval", "4", "--policies", "h2o", "--policy-arg", "full.x=1"],
+     "policy 'full' has no hyperparameter(s) x"),
+], ids=["generate-paged-block", "generate-sinks", "bench-paged-block", "bench-unknown-key", "bench-full-arg"])
+def test_policy_and_cache_settings_are_refused_before_the_model_loads(argv, named, capsys, monkeypatch):
+    import foresight
+
+    monkeypatch.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    assert main([argv[0], "--model", "tiny-llama", *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and named in err, err
+
+
 def test_generate_refuses_a_policy_arg_for_another_policy(capsys):
     assert main(["generate", "--model", "tiny-llama", "--prompt", "x", "--policy", "random", "--budget", "16",
                  "--policy-arg", "h2o.seed=3"]) == 2

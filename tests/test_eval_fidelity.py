@@ -313,6 +313,22 @@ def test_cli_error_paths(trace_dir, tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("extra, message", [
+    (["--policies", "full,paged", "--policy-arg", "paged.block_size=3"], "block_size (3) must divide the interval"),
+    (["--policies", "full,h2o", "--policy-arg", "h2o.bogus=1"], "policy 'h2o' has no hyperparameter(s) bogus"),
+    (["--policies", "full,h2o", "--sinks", "17"], "--budget 24 --interval 8 --sinks 17: sinks must be in"),
+], ids=["paged-block", "unknown-key", "sinks"])
+def test_cli_refuses_policy_and_cache_settings_before_the_model_loads(trace_dir, tmp_path, capsys, monkeypatch,
+                                                                       extra, message):
+    import foresight
+
+    monkeypatch.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--budget", "24,48",
+               "--interval", "8", "--out", str(tmp_path / "x"), *extra])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and message in err, err
+
+
 def test_cli_refuses_an_output_path_that_is_a_file(trace_dir, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "random",

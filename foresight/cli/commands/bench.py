@@ -26,14 +26,19 @@ def run(args) -> int:
     import foresight
     from evaluation.efficiency import bench_table, benchmark, write_bench
     from evaluation.policies import check_requirements, make_factory, parse_policies
-    from foresight.schedule import CacheConfig
+    from foresight.policies import checked_policy
+    from foresight.schedule import cache_config_arg
 
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
         raise ValueError("the golden policy only replays fixed traces; it cannot be benchmarked for decoding")
     kwargs = policy_kwargs(args, ["full", *names])  # full is always measured, so it is in play too
     check_requirements(names, args.scorer, None, kwargs)
-    args.interval = CacheConfig(args.budget, args.interval, args.sinks).interval  # W = B // 4 unless given
+    cfg = cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
+    args.interval = cfg.interval  # W = B // 4 unless given
+    for name in ["full", *names]:  # hyperparameters and B, W (paged's block, a scorer's B, W): before the model loads
+        checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
+                       **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)

@@ -137,6 +137,7 @@ def run_fidelity(args) -> int:
                                      parse_policies)
     from evaluation.report import write_fidelity_outputs
     from foresight.policies import checked_policy
+    from foresight.schedule import cache_config_arg
     from foresight.scorer import scorer_sha256
     from golden.traces import load_traces
 
@@ -150,6 +151,12 @@ def run_fidelity(args) -> int:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ForesightError(f"--out {args.out} exists and is not a directory")
+    for b in budgets:  # sinks past B - W: refused at the first replay, after the model load, before
+        cache_config_arg(b, args.interval, args.sinks,
+                         flags=f"--budget {b} --interval {args.interval} --sinks {args.sinks}")
+    for name in names:  # hyperparameters and B, W (paged's block): before the model loads (golden: with its labels)
+        if name not in ("learned", "golden"):
+            checked_policy(name, [(b, args.interval) for b in budgets], f"policy {name!r}", **kwargs[name])
     if "learned" in names:  # a scorer trained at another B, W (without any_budget): before the model loads
         checked_policy("learned", [(b, args.interval) for b in budgets], "policy 'learned'",
                        scorer=args.scorer, **kwargs["learned"])

@@ -30,7 +30,8 @@ def register(sub) -> None:
 def run(args) -> int:
     import foresight
     from foresight.policies import make_policy
-    from foresight.runtime import CacheConfig
+    from foresight.policies.base import require_cache
+    from foresight.schedule import cache_config_arg
 
     if not args.temperature and (args.top_p != 1.0 or args.top_k):  # greedy decoding would ignore them
         flag = f"--top-p {args.top_p}" if args.top_p != 1.0 else f"--top-k {args.top_k}"
@@ -40,7 +41,9 @@ def run(args) -> int:
     if policy.evicts and args.budget is None:
         raise ValueError(f"policy {args.policy!r} evicts: pass --budget (and --interval)")
     refuse_unused_cache_args(args, policy)  # the full cache would be kept, yet the stats would print the budget
-    CacheConfig(args.budget, args.interval, args.sinks)
+    cfg = cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
+    if policy.evicts:  # paged's block against W, a scorer trained at another B, W: found after the model load before
+        require_cache(policy, cfg.budget, cfg.interval)
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
     prompts = args.prompt
