@@ -15,7 +15,7 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 
 from foresight.cache import BudgetedCache
 from foresight.policies import EvictionPolicy
-from foresight.runtime import forward_logits, resolve_policy
+from foresight.runtime import check_token_ids, forward_logits, resolve_policy
 
 
 @dataclass
@@ -118,6 +118,7 @@ def generate(
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     device = model.device
     input_ids, attn = _encode_prompts(tokenizer, prompts, device)
+    check_token_ids(model, input_ids)
     batch, plen = input_ids.shape
     prompt_lengths = attn.sum(-1).tolist()
     if align == "rows" and budget is not None and policy.evicts and len(set(prompt_lengths)) > 1:

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from foresight.cache import BudgetedCache
+from foresight.errors import ForesightError
 from foresight.models import SUPPORTED_MODEL_TYPES, UnsupportedModelError, check_supported, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, replay_schedule
@@ -33,6 +34,18 @@ def resolve_policy(policy: str | EvictionPolicy, **policy_kwargs) -> EvictionPol
     if policy_kwargs:  # an instance already holds its hyperparameters: these would be ignored
         raise ValueError("policy_kwargs only apply to a policy given by name")
     return policy
+
+
+def check_token_ids(model, ids: torch.Tensor) -> None:
+    """Refuse token ids the model's embedding cannot look up (sequences of another tokenizer or model): an
+    IndexError on the CPU, a device-side assert that ends the process on CUDA."""
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ForesightError(f"token ids must be integers, got a {str(ids.dtype).removeprefix('torch.')} tensor")
+    vocab = model.get_input_embeddings().num_embeddings
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab):
+        bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+        raise ForesightError(f"token id {bad} is outside the model's vocabulary (0 .. {vocab - 1}); the tokens were "
+                             "made with another tokenizer or model")
 
 
 def forward_logits(model, cache: BudgetedCache, input_ids, positions, attention_mask=None,
@@ -139,6 +152,7 @@ def replay(
         lengths = [len(s) for s in sequences]
         width = max(lengths)
         ids = torch.tensor([list(s) + [pad_token_id] * (width - len(s)) for s in sequences], device=device)
+    check_token_ids(model, ids)
     batch, n = ids.shape
     # the rows' real tokens reach the policy too: the golden policy checks them against its labels' token hashes
     cache = BudgetedCache(model, policy, budget, interval, sinks,
@@ -191,6 +205,7 @@ __all__ = [  # CacheConfig, replay_schedule and the model checks are re-exported
     "SUPPORTED_MODEL_TYPES",
     "UnsupportedModelError",
     "check_supported",
+    "check_token_ids",
     "forward_logits",
     "full_forward_ce",
     "model_shape",

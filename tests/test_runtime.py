@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import foresight
+from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.streaming_llm import StreamingLLMPolicy
 from foresight.runtime import CacheConfig, full_forward_ce, replay_schedule
@@ -245,6 +246,14 @@ def test_generate_rejects_bad_input(tiny_llama):
     with pytest.raises(ValueError, match="no hyperparameter"):
         foresight.generate(model, tok, ["x"], policy="streaming_llm", budget=8, interval=2,
                            policy_kwargs={"bogus": 1})
+    # ids past the embedding: an IndexError (exit 1) on the CPU, a device-side assert on CUDA
+    vocab = model.get_input_embeddings().num_embeddings
+    with pytest.raises(ForesightError, match=rf"token id {vocab + 5} is outside the model's vocabulary"):
+        foresight.generate(model, tok, [[1, vocab + 5]], max_new_tokens=2)
+    with pytest.raises(ForesightError, match="token id -1 is outside"):
+        foresight.replay(model, [[1, 2, -1, 3]])
+    with pytest.raises(ForesightError, match="token ids must be integers"):
+        foresight.replay(model, torch.rand(1, 10))
     # hyperparameters beside a policy instance were dropped: h2o ran with its own group_reduce
     with pytest.raises(ValueError, match="policy_kwargs only apply to a policy given by name"):
         foresight.generate(model, tok, ["x"], policy=make_policy("h2o"), budget=8, interval=2,
