@@ -388,6 +388,15 @@ def test_bad_hyperparameters_raise(name, kwargs):
         make_policy(name, **kwargs)
 
 
+def test_streaming_llm_sinks_must_fit_the_budget(tiny_llama):
+    model, tok = tiny_llama
+    make_policy("streaming_llm", sinks=12).check_cache(16, 4)
+    # sinks past B - W made every candidate a sink: the oldest entries were kept, silently not StreamingLLM
+    with pytest.raises(ValueError, match=r"sinks \(13\) must be at most budget - interval \(16 - 4 = 12\)"):
+        foresight.generate(model, tok, ["hi"], policy="streaming_llm", policy_kwargs={"sinks": 13}, budget=16,
+                           interval=4)
+
+
 def test_paged_block_must_divide_interval(tiny_llama):
     model, tok = tiny_llama
     with pytest.raises(ValueError, match="must divide the interval"):

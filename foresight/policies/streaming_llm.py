@@ -29,6 +29,13 @@ class StreamingLLMPolicy(EvictionPolicy):
     def __post_init__(self):
         check_range("sinks", self.sinks, 0)
 
+    def check_cache(self, budget, interval):
+        if budget is not None and interval is not None and self.sinks > budget - interval:
+            # every candidate would be a sink: the cache kept the oldest entries, not the most recent ones
+            raise ValueError(f"streaming_llm: sinks ({self.sinks}) must be at most budget - interval "
+                             f"({budget} - {interval} = {budget - interval}), the entries an event keeps besides "
+                             "the newest W")
+
     def score(self, view):
         pos = view.candidate_positions.float()
         return pos + (pos < self.sinks).float() * 1e9
