@@ -82,7 +82,10 @@ def test_sample_temperature_defaults_to_the_scorers(tmp_path):
     _scorer(model).save_pretrained(tmp_path / "sl")
     pol = make_policy("learned", scorer=str(tmp_path / "grpo"), selection="sample")
     assert pol.sampling_temperature == 0.02 and pol.config()["temperature"] == 0.02
-    assert make_policy("learned", scorer=str(tmp_path / "grpo"), temperature=0.5).sampling_temperature == 0.5
+    assert make_policy("learned", scorer=str(tmp_path / "grpo"), selection="sample",
+                       temperature=0.5).sampling_temperature == 0.5
+    with pytest.raises(ValueError, match="temperature=0.5 is used by selection=sample only"):  # top-k draws nothing
+        make_policy("learned", scorer=str(tmp_path / "grpo"), temperature=0.5)
     assert make_policy("learned", scorer=str(tmp_path / "sl")).sampling_temperature == 1.0  # nothing recorded
     with pytest.raises(ValueError, match="temperature"):
         ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, temperature=0.0)

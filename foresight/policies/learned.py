@@ -68,6 +68,9 @@ class LearnedPolicy(EvictionPolicy):
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if self.temperature is not None:
             check_range("temperature", self.temperature, 1e-6)
+            if self.selection != "sample":  # recorded with the results, it would claim a draw that never happened
+                raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
+                                 f"{self.selection}; drop it or add selection=sample")
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
