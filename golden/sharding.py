@@ -68,11 +68,12 @@ def read_plan(out_dir: str | Path) -> dict | None:
     return plan
 
 
-def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, ...]) -> dict:
+def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, ...], units_from: str = "") -> dict:
     """Create ``out_dir`` with ``plan``, or check that an existing plan agrees on the keys in ``compare``.
 
     Raises :class:`ForesightError` naming every field that differs (e.g. rerunning with another model or
-    other settings into the same directory), so a resume can never mix incompatible shards.
+    other settings into the same directory), so a resume can never mix incompatible shards. Differing ``units`` are
+    told by their traces (:func:`_unit_differences`), with ``units_from``: the arguments that choose them.
     """
     out = Path(out_dir)
     old = read_plan(out) if out.is_dir() else None
@@ -82,7 +83,8 @@ def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, 
         return plan
     if old.get("kind") != plan.get("kind"):
         raise ForesightError(f"{out} holds {old.get('kind')!r} output, not {what}; choose another --out")
-    diffs = [d for key in compare for d in _differences(key, old.get(key), plan.get(key))]
+    diffs = [d for key in compare for d in (_unit_differences(old.get(key), plan.get(key), units_from)
+                                            if key == "units" else _differences(key, old.get(key), plan.get(key)))]
     if diffs:
         raise ForesightError(
             f"{out} already holds {what} made with a different {'; a different '.join(diffs)}; rerun with the "
@@ -105,6 +107,22 @@ def _differences(key: str, old, new) -> list[str]:
         first = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
         return [f"{key} (from item {first} on: {_short(old[first])} there, {_short(new[first])} now)"]
     return [f"{key} ({_short(old)} there, {_short(new)} now)"]
+
+
+def _unit_differences(old, new, units_from: str) -> list[str]:
+    """Two plans' ``units`` told by what a user chose: how many traces, which, and how many per shard (``units (2
+    there, 1 now)`` counts shards and names no argument, e.g. the ``--limit`` that changed)."""
+    ids = [[t for u in units for t in u.get("trace_ids") or ()] if isinstance(units, list) else None
+           for units in (old, new)]
+    if old == new or None in ids:
+        return _differences("units", old, new)
+    (a, b), by = ids, f"; set by {units_from}" if units_from else ""
+    if len(a) != len(b):
+        return [f"number of traces ({len(a)} there, {len(b)} now{by})"]
+    if a != b:
+        first = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        return [f"list of traces (from trace {first} on: {_short(a[first])} there, {_short(b[first])} now{by})"]
+    return [f"split of the traces into shards ({len(old)} there, {len(new)} now{by})"]
 
 
 def _short(value, n: int = 80) -> str:

@@ -282,6 +282,25 @@ def test_label_traces_skips_short_and_resumes(trace_dir, tmp_path):
         assert [e.evicted.tolist() for e in lab.events] == [e.evicted.tolist() for e in again[t].events]
 
 
+def test_a_resume_with_another_limit_names_the_flag(trace_dir, tmp_path, capsys):
+    """Another --limit into the same --out is told by the number of traces and the flags that choose them, not as
+    `a different units (N there, M now)` (shards, no flag named)."""
+    model, tok = get_model("tiny-llama")
+    before = sorted(p.name for p in (trace_dir / "shards").iterdir())
+    with pytest.raises(ForesightError, match=r"different number of traces \(6 there, 4 now; set by --data, --limit"):
+        generate_traces(model, tok, load_problems("synthetic", limit=2), trace_dir, seed=0,
+                        **{**SETTINGS, "batch_size": 2})
+    assert sorted(p.name for p in (trace_dir / "shards").iterdir()) == before
+    base = ["golden", "--model", "tiny-llama", "--traces", str(trace_dir), "--out", str(tmp_path / "g"),
+            "--budget", "16", "--interval", "4", "--no-progress"]
+    assert cli_main([*base, "--limit", "1"]) == 0
+    capsys.readouterr()
+    assert cli_main([*base, "--limit", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "different number of traces (1 there, 2 now; set by --traces, --limit" in err, err
+    assert cli_main([*base, "--limit", "1", "--traces-per-shard", "1"]) == 0  # one trace: the same single shard
+
+
 def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     out = str(tmp_path / "g")
     base = ["golden", "--model", "tiny-llama", "--traces", str(trace_dir), "--out", out, "--no-progress"]
