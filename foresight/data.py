@@ -52,31 +52,44 @@ def problems_from_records(records, source: str) -> list[Problem]:
     """Build problems from dict records (JSONL lines or dataset rows); ids default to the row index."""
     out, seen = [], set()
     for i, rec in enumerate(records):
-        text = next((rec[k] for k in _PROBLEM_FIELDS if rec.get(k)), None)
-        if text is None:
+        key = next((k for k in _PROBLEM_FIELDS if rec.get(k)), None)
+        if key is None:
             raise DataError(f"{source}: record {i} has no {' / '.join(_PROBLEM_FIELDS)} field")
+        text, answer = rec[key], rec.get("answer")
+        if not isinstance(text, str) or not text.strip():  # str() would make a prompt of a list or a number
+            raise DataError(f"{source}: record {i}: `{key}` must be non-empty text, got {text!r:.60}")
+        if isinstance(answer, bool) or not isinstance(answer, (str, int, float, type(None))):  # graded as its repr
+            raise DataError(f"{source}: record {i}: `answer` must be a text or a number, got {type(answer).__name__} "
+                            f"{answer!r:.60}")
         pid = next((str(rec[k]) for k in _ID_FIELDS if rec.get(k) not in (None, "")), str(i))
         if pid in seen:
             raise DataError(f"{source}: duplicate problem id {pid!r}")
         seen.add(pid)
-        answer = rec.get("answer")
         out.append(Problem(pid, str(text), "" if answer is None else str(answer)))
     return out
 
 
 def read_jsonl(path: str | Path) -> list[Problem]:
     path = Path(path)
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataError(f"{path}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the problem file "
+                        "as UTF-8") from None
     records = []
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from exc
-                if not isinstance(records[-1], dict):
-                    raise DataError(f"{path}:{n}: expected a JSON object with a `problem` field, got "
-                                    f"{type(records[-1]).__name__}")
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"{path}:{n}: invalid JSON ({exc.msg})") from exc
+            if not isinstance(records[-1], dict):
+                raise DataError(f"{path}:{n}: expected a JSON object with a `problem` field, got "
+                                f"{type(records[-1]).__name__}")
+    if not records:
+        raise DataError(f"{path}: no problems (an empty file); a problem set is one JSON object per line")
     return problems_from_records(records, str(path))
 
 

@@ -64,7 +64,8 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     files = {
         "bad.yaml": "steps: [1,\nlr: 0.1\n", "list.yaml": "- a\n- b\n", "lr.yaml": "lr: fast\n",
         "steps.yaml": "steps: [1, 2]\n", "hidden.yaml": 'hidden: "16"\n', "lr_ok.yaml": "lr: 0.5\n",
-        "rows.jsonl": '{"problem": "1+1?", "answer": "2"}\n[1, 2]\n', "fid_dict.json": '{"policy": "full"}\n',
+        "rows.jsonl": '{"problem": "1+1?", "answer": "2"}\n[1, 2]\n', "empty.jsonl": "",
+        "answer_list.jsonl": '{"problem": "1+1?", "answer": ["2"]}\n', "fid_dict.json": '{"policy": "full"}\n',
         "fid_bad.json": '[{"policy": \n',
         # DeepSpeed configs this trainer cannot use: a TypeError (exit 1) after the feature extraction, or refused
         # only at the first checkpoint / by DeepSpeed with split.json written
@@ -74,6 +75,8 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     for name, text in files.items():
         (root / name).write_text(text)
         p[name] = root / name
+    (root / "latin1.jsonl").write_bytes(b'{"problem": "1+1?", "answer": "2"}\n{"problem": "\xe9"}\n')
+    p["latin1.jsonl"] = root / "latin1.jsonl"
     (root / "a_dir").mkdir()
     p["a_dir"] = root / "a_dir"
     p["lora_pickle"] = save_random_adapter(root / "lora_pickle")
@@ -139,6 +142,9 @@ CASES = [
     # trace
     ("trace-data-dir", lambda p: _trace(p, "--data", str(p["a_dir"])), "a_dir"),
     ("trace-jsonl-not-object", lambda p: _trace(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("trace-data-not-utf8", lambda p: _trace(p, "--data", str(p["latin1.jsonl"])), "latin1.jsonl:2: not UTF-8"),
+    ("trace-data-empty", lambda p: _trace(p, "--data", str(p["empty.jsonl"])), "empty.jsonl: no problems"),
+    ("trace-data-answer-list", lambda p: _trace(p, "--data", str(p["answer_list.jsonl"])), "answer_list.jsonl"),
     ("trace-split-builtin", lambda p: _trace(p, "--split", "train"), "--split train"),  # would be ignored
     ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
     ("trace-template-missing", lambda p: _trace(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
@@ -200,6 +206,8 @@ CASES = [
     ("aime-top-p", lambda p: _aime(p, "--top-p", "7"), "--top-p"),
     ("aime-temperature-inf", lambda p: _aime(p, "--temperature", "inf"), "--temperature"),
     ("aime-jsonl-not-object", lambda p: _aime(p, "--data", str(p["rows.jsonl"])), "rows.jsonl:2"),
+    ("aime-data-not-utf8", lambda p: _aime(p, "--data", str(p["latin1.jsonl"])), "latin1.jsonl:2: not UTF-8"),
+    ("aime-data-answer-list", lambda p: _aime(p, "--data", str(p["answer_list.jsonl"])), "answer_list.jsonl"),
     ("aime-budget-full", lambda p: _aime(p, "--budget", "16"), "--budget 16"),  # full keeps every entry
     ("aime-interval-full", lambda p: _aime(p, "--interval", "4"), "--interval 4"),
     ("aime-sinks-full", lambda p: _aime(p, "--sinks", "2"), "--sinks 2"),

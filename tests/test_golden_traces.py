@@ -68,6 +68,17 @@ def test_jsonl_problems(tmp_path):
     f.write_text('{"text": "a"}\n')
     with pytest.raises(DataError, match="problem"):
         load_problems(str(f))
+    # refused naming the file (and line or record), where they gave an encoding error without the file, an empty
+    # set, or a prompt / reference answer made of a value's repr (graded wrong every time)
+    for content, message in [(b'{"problem": "a"}\n{"problem": "b\xe9"}\n', r"p.jsonl:2: not UTF-8"),
+                             (b"", "p.jsonl: no problems"), (b"\n \n", "p.jsonl: no problems"),
+                             (b'{"problem": ["a", "b"]}\n', "record 0: `problem` must be non-empty text"),
+                             (b'{"problem": "  "}\n', "record 0: `problem` must be non-empty text"),
+                             (b'{"problem": "a", "answer": ["2", "3"]}\n', "record 0: `answer` must be a text or a num"),
+                             (b'{"problem": "a", "answer": true}\n', "record 0: `answer` must be a text or a number")]:
+        f.write_bytes(content)
+        with pytest.raises(DataError, match=message):
+            load_problems(str(f))
 
 
 def test_synthetic_problems_are_deterministic_and_correct():
