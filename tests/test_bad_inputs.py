@@ -351,7 +351,8 @@ def _label_content(labels: Path) -> dict:
                     "--out", out],
     lambda p, out: _trace(p, out=out),
     lambda p, out: ["golden", *TINY, "--traces", str(p["traces"]), "--out", out, "--budget", "16", "--interval", "4"],
-], ids=["bench", "trace", "golden"])
+    lambda p, out: _aime({**p, "out": out}),
+], ids=["bench", "trace", "golden", "aime"])
 def test_an_out_that_is_a_file_is_refused_before_the_model_loads(inputs, tmp_path, capsys, monkeypatch, argv):
     import foresight
 

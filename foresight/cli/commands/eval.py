@@ -9,7 +9,7 @@ from pathlib import Path
 
 from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
-from foresight.config import ConfigError, nonnegative_float, positive_int, read_json
+from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json
 from foresight.errors import ForesightError
 
 
@@ -254,6 +254,7 @@ def run_aime(args) -> int:
     load_template(args.template)  # a missing template file, or one without {problem}, before the model loads
     problems = load_problems(args.data, limit=args.limit)
     check_gradable(problems, args.data)
+    check_output_dir(args.out, "--out")  # before the model loads, not after it
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
