@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from foresight.config import read_text
 from foresight.errors import ForesightError
 
 PLACEHOLDER = "{problem}"
@@ -36,7 +37,7 @@ def load_template(template: str | None) -> str:
         except OSError:  # e.g. a one-line text too long to be a file name
             is_file = exists = False
         if is_file:
-            text = path.read_text()
+            text = read_text(path, "prompt template file")  # an encoding error names the file
             if PLACEHOLDER not in text:
                 raise ForesightError(f"prompt template file {template} must contain the placeholder {PLACEHOLDER}")
             return text

@@ -149,6 +149,7 @@ CASES = [
     ("trace-split-jsonl", lambda p: _trace(p, "--data", str(p["rows.jsonl"]), "--split", "train"), "--split train"),
     ("trace-template-missing", lambda p: _trace(p, "--template", str(p["root"] / "nope.txt")), "nope.txt not found"),
     ("trace-template-missing-rel", lambda p: _trace(p, "--template", "prompts/nope"), "prompts/nope not found"),
+    ("trace-template-not-utf8", lambda p: _trace(p, "--template", str(p["latin1.jsonl"])), "latin1.jsonl"),
     ("trace-template-dir", lambda p: _trace(p, "--template", str(p["a_dir"])), "a_dir is not a file"),
     ("trace-template-no-placeholder", lambda p: _trace(p, "--template", str(p["lr_ok.yaml"])), "lr_ok.yaml"),
     ("trace-top-p-greedy", lambda p: _trace(p, "--temperature", "0", "--top-p", "0.95"), "--top-p 0.95"),
