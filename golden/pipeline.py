@@ -79,6 +79,10 @@ def label_traces(
     if len(set(ids)) != len(ids):
         raise ForesightError(f"duplicate trace ids in {traces}")
     keep = [i for i, n in enumerate(lengths) if n > budget + interval]
+    if not keep:  # an --out without labels, which every reader then calls "no finished label shards yet"
+        raise ForesightError(f"--traces {traces}: all {len(ids)} trace(s) have at most B+W={budget + interval} tokens "
+                             f"(the longest {max(lengths, default=0)}), so no eviction happens before they end and "
+                             "there is nothing to label; use a smaller --budget / --interval or longer traces")
     skipped = len(ids) - len(keep)
     units = [keep[i : i + traces_per_shard] for i in range(0, len(keep), traces_per_shard)]
     plan = {

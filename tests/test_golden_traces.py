@@ -312,6 +312,17 @@ def test_a_resume_with_another_limit_names_the_flag(trace_dir, tmp_path, capsys)
     assert cli_main([*base, "--limit", "1", "--traces-per-shard", "1"]) == 0  # one trace: the same single shard
 
 
+def test_golden_refuses_traces_too_short_to_label(trace_dir, tmp_path, capsys):
+    """Every trace at most B+W tokens: an --out without a label was written with exit 0, which readers then called
+    "no finished label shards yet"; now one line, exit 2, nothing written."""
+    out = tmp_path / "g"
+    assert cli_main(["golden", "--model", "tiny-llama", "--traces", str(trace_dir), "--out", str(out), "--budget",
+                     "1024", "--interval", "16", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "all 6 trace(s) have at most B+W=1040 tokens" in err, err
+    assert not out.exists()
+
+
 def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     out = str(tmp_path / "g")
     base = ["golden", "--model", "tiny-llama", "--traces", str(trace_dir), "--out", out, "--no-progress"]
