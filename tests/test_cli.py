@@ -49,6 +49,28 @@ def test_bad_input_is_one_line_error():
         assert proc.stderr.strip().startswith("foresight generate: error:")
 
 
+def test_hub_retry_warnings_stay_off_stderr(tmp_path):
+    """A --data that is no built-in name or file is tried on the Hub: offline, huggingface_hub logged a warning per
+    retry (a dozen lines before the error); now the error is the one line. A subprocess: pytest's log capture would
+    hide the warnings."""
+    script = f"""
+import sys, datasets
+from huggingface_hub.utils import logging as hub_logging
+from foresight.cli import main
+
+def unreachable(*args, **kwargs):
+    for n in range(1, 3):
+        hub_logging.get_logger("huggingface_hub.utils._http").warning(f"Retrying in {{n}}s [Retry {{n}}/5].")
+    raise ConnectionError("Couldn't reach 'aime2024' on the Hub")
+
+datasets.load_dataset = unreachable
+sys.exit(main(["trace", "--model", "tiny-llama", "--data", "aime2024", "--out", {str(tmp_path / "t")!r}]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "could not load problems 'aime2024'" in proc.stderr and not (tmp_path / "t").exists()
+
+
 # --- the one --policy-arg grammar: [POLICY.]KEY=VALUE ------------------------------------------------------------
 
 

@@ -75,9 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 0
     if not args.verbose:
+        from huggingface_hub.utils import logging as hub_logging
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
+        hub_logging.set_verbosity_error()  # its per-retry warnings of an unreachable Hub (a --data or --model typo)
         hf_logging.disable_progress_bar()
         logging.getLogger("deepspeed").setLevel(logging.WARNING)
     try:
