@@ -97,9 +97,9 @@ def label_traces(
         **weights_dtype(model),  # a resume in another precision would label other shards with other evictions
     }
     out = Path(out_dir)
+    rank, world = rank_world()  # before anything is written
     ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units", "dtype"),
                 units_from="--traces, --limit, --traces-per-shard, --budget and --interval")
-    rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])
     redo = set(unfinished_shards(out, [_shard_name(u) for u in mine]))  # missing or damaged since written

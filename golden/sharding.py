@@ -36,7 +36,12 @@ _TMP_PREFIX = ".tmp-"
 
 def rank_world() -> tuple[int, int]:
     """(rank, world size) from the launcher's environment; (0, 1) when run as a single process."""
-    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    env = {k: os.environ.get(k, d) for k, d in (("RANK", "0"), ("WORLD_SIZE", "1"))}
+    try:
+        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    except ValueError:
+        raise ForesightError(f"invalid RANK={env['RANK']!r} / WORLD_SIZE={env['WORLD_SIZE']!r} in the environment "
+                             "(integers expected)") from None
     if world < 1 or not 0 <= rank < world:
         raise ForesightError(f"invalid RANK={rank} / WORLD_SIZE={world} in the environment")
     return rank, world

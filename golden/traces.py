@@ -154,9 +154,9 @@ def generate_traces(
         **weights_dtype(model),  # a resume in another precision would sample other tokens
     }
     out = Path(out_dir)
+    rank, world = rank_world()  # before anything is written
     ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units", "dtype"),
                 units_from="--data, --limit, --samples, --first-sample and --batch-size")
-    rank, world = rank_world()
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(i) for i in mine])
     redo = set(unfinished_shards(out, [_shard_name(i) for i in mine]))

@@ -369,6 +369,30 @@ def test_an_out_that_is_a_file_is_refused_before_the_model_loads(inputs, tmp_pat
     assert out.read_text() == "{}\n"
 
 
+@pytest.mark.parametrize("argv", [
+    lambda p, out: _trace(p, out=out),
+    lambda p, out: ["golden", *TINY, "--traces", str(p["traces"]), "--out", out, "--budget", "16", "--interval", "4"],
+    lambda p, out: _aime({**p, "out": out}),
+], ids=["trace", "golden", "aime"])
+def test_a_bad_launcher_environment_is_refused_before_the_model_loads(inputs, tmp_path, capsys, monkeypatch, argv):
+    """RANK / WORLD_SIZE that are not integers gave `invalid literal for int()` (trace and golden with plan.json
+    already written), and a RANK outside WORLD_SIZE failed in eval aime after the model load."""
+    import foresight
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before RANK / WORLD_SIZE were checked")
+
+    monkeypatch.setattr(foresight, "load_model", no_load)
+    out = tmp_path / "out"
+    for rank, world, shown in (("x", "2", "RANK='x'"), ("0", "two", "WORLD_SIZE='two'"), ("3", "2", "RANK=3")):
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("WORLD_SIZE", world)
+        assert main(argv(inputs, str(out))) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and "invalid" in err and shown in err, err
+        assert not out.exists()
+
+
 def test_damaged_shards_are_refused_by_readers_and_redone_on_rerun(inputs, tmp_path, capsys):
     from golden.labels import load_labels
     from golden.traces import load_traces

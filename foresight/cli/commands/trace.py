@@ -52,6 +52,7 @@ def run(args) -> int:
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    rank_world()  # the launcher's environment, too
     model, tok = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                       adapter=args.adapter)
     out = generate_traces(
