@@ -270,13 +270,13 @@ def check_device(device: str | None, key: str = "device") -> str | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _int_at_least(minimum: int, what: str):
+def _int_at_least(minimum: int, what: str, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
         return value
 
@@ -286,6 +286,8 @@ def _int_at_least(minimum: int, what: str):
 
 positive_int = _int_at_least(1, "a positive integer")
 nonnegative_int = _int_at_least(0, "an integer >= 0")
+MAX_SEED = 2**63 - 1  # what torch's generators take
+seed_int = _int_at_least(0, f"an integer in [0, {MAX_SEED}]", MAX_SEED)
 
 
 def unit_float(text: str) -> float:

@@ -254,6 +254,10 @@ CASES = [
                                            "--adapter", str(p["a_dir"])], "a_dir"),
     ("export-adapter-other-model", lambda p: ["export", str(p["scorer"]), "--out", str(p["out"]), "--overwrite",
                                               "--adapter", str(p["lora_qwen"])], ("'tiny-qwen3'", "'tiny-llama'")),
+    # a seed torch's generators cannot take: "Overflow when unpacking long long" after the model load
+    ("generate-seed-past-int64", lambda p: _gen(p, "--temperature", "0.7", "--seed", str(2**64)), "--seed"),
+    ("random-seed-past-int64", lambda p: _gen(p, "--policy", "random", "--budget", str(B), "--interval", str(W),
+                                              "--policy-arg", f"seed={2**64}"), "seed"),
     ("adapt-policy-full", lambda p: ["train", "adapt", "model=tiny-llama", f"traces={p['traces']}", "policy=full",
                                      f"deepspeed={DS}", f"out_dir={p['out']}"], "never evicts"),
 ]

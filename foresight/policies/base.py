@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import torch
 
+from foresight.config import MAX_SEED
 from foresight.errors import ForesightError
 from foresight.sampling import top_keep
 from foresight.views import EvictView, LayersView, StepView
@@ -109,6 +110,12 @@ def require_cache(policy: "EvictionPolicy", budget: int | None, interval: int | 
         policy.check_cache(budget, interval)
     except ValueError as exc:
         raise ForesightError(f"policy {policy.name!r}: {exc}") from None
+
+
+def check_seed(value: int) -> None:
+    """Refuse a policy seed torch's generators cannot take (``ValueError`` naming it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, {MAX_SEED}], got {value!r}")
 
 
 def check_range(name: str, value: float, lo: float | None = None, hi: float | None = None) -> None:

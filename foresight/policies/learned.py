@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
-from foresight.policies.base import EvictionPolicy, check_range
+from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction
 from foresight.scorer import Scorer
@@ -72,6 +72,7 @@ class LearnedPolicy(EvictionPolicy):
                 raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
                                  f"{self.selection}; drop it or add selection=sample")
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
+        check_seed(self.seed)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
         if not isinstance(self.scorer, (Scorer, str, Path)):  # scorer=2024 reads as a number: a TypeError before

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from foresight.policies.base import EvictionPolicy
+from foresight.policies.base import EvictionPolicy, check_seed
 from foresight.policies.registry import register_policy
 
 
@@ -23,6 +23,9 @@ class RandomPolicy(EvictionPolicy):
 
     name = "random"
     seed: int = 0
+
+    def __post_init__(self):
+        check_seed(self.seed)
 
     def reset(self, batch_size, num_layers, device, **meta):
         self._gen = torch.Generator(device="cpu").manual_seed(self.seed)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
-from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json
+from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json, seed_int
 from foresight.errors import ForesightError
 
 
@@ -54,7 +54,7 @@ def add_accuracy_args(p) -> None:
     p.add_argument("--max-new-tokens", type=positive_int, default=32768)
     p.add_argument("--batch-size", type=positive_int, default=8, help="samples generated together")
     p.add_argument("--limit", type=positive_int, default=None, help="first N problems only")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--template", default=None, help="prompt template (text or file) with {problem}")
     p.add_argument("--out", required=True, help="output directory")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

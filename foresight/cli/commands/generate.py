@@ -6,7 +6,8 @@ import time
 
 from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json,
                                            refuse_unused_cache_args)
-from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int, unit_float
+from foresight.config import (nonempty_text, nonnegative_float, nonnegative_int, positive_int, seed_int,
+                              unit_float)
 from foresight.errors import ForesightError
 
 
@@ -22,7 +23,7 @@ def register(sub) -> None:
                    help="sample with this temperature (default, or 0: greedy)")
     p.add_argument("--top-p", type=unit_float, default=1.0, help="nucleus sampling (with --temperature)")
     p.add_argument("--top-k", type=nonnegative_int, default=0, help="top-k sampling (with --temperature; 0: off)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
     p.set_defaults(func=run)
 
