@@ -9,7 +9,7 @@ section 5, "Statistics"):
 * ``gap_closed`` = (best heuristic - stage) / (best heuristic - golden), pooled ratios;
 * the paired per-trace difference stage - best heuristic with a percentile-bootstrap 95% interval
   (:func:`evaluation.stats.paired_bootstrap`); an interval entirely below 0 means the stage beats the heuristic
-  beyond trace-sampling noise;
+  beyond trace-sampling noise (every interval resamples problems where a problem has several traces);
 * the same paired difference between consecutive learned stages (e.g. SL -> SL+DAgger -> +GRPO), so each stage is
   credited with its own effect.
 """
@@ -149,31 +149,37 @@ def paired_difference(a: dict, b: dict, a_name: str, b_name: str, seed: int = 0,
     return paired_bootstrap([ra[t] for t in ids], [rb[t] for t in ids], seed=seed, groups=groups)
 
 
-def _paired(records: dict[str, dict], a: str, b: str, seed: int) -> dict:
-    return paired_difference(records[a], records[b], a, b, seed)
+def _paired(records: dict[str, dict], a: str, b: str, seed: int, by_problem: bool) -> dict:
+    return paired_difference(records[a], records[b], a, b, seed, by_problem)
 
 
-def gap_share(stage: dict, best: dict, golden: dict, names: tuple[str, str, str], seed: int = 0) -> dict:
+def gap_share(stage: dict, best: dict, golden: dict, names: tuple[str, str, str], seed: int = 0,
+              by_problem: bool = False) -> dict:
     """The share of the ``best`` -> ``golden`` gap that ``stage`` closes, pooled (``pooled``) and on per-trace
-    means with its bootstrap interval (:func:`evaluation.stats.gap_share_bootstrap`); refuses records measured
-    on different traces. ``names`` name the three records in errors."""
+    means with its bootstrap interval (:func:`evaluation.stats.gap_share_bootstrap`; ``by_problem`` resamples
+    problems, as :func:`paired_difference` does); refuses records measured on different traces. ``names`` name the
+    three records in errors."""
     for other, name in ((best, names[1]), (golden, names[2])):
         ids = same_traces(stage, other, names[0], name)
     s, w, g = ([r["per_trace_ratio"][t] for t in ids] for r in (stage, best, golden))
     gap = best["loss_ratio"] - golden["loss_ratio"]
     pooled = (best["loss_ratio"] - stage["loss_ratio"]) / gap if gap > 0 else math.nan
-    return {**gap_share_bootstrap(s, w, g, seed=seed), "pooled": pooled}
+    groups = [problem_of(t) for t in ids] if by_problem else None
+    return {**gap_share_bootstrap(s, w, g, seed=seed, groups=groups), "pooled": pooled}
 
 
-def _gap_share(records: dict[str, dict], stage: str, best: str, seed: int) -> dict:
+def _gap_share(records: dict[str, dict], stage: str, best: str, seed: int, by_problem: bool) -> dict:
     """The share of the best-heuristic -> golden gap closed on per-trace means, with its bootstrap interval."""
-    out = gap_share(records[stage], records[best], records["golden"], (stage, best, "golden"), seed)
+    out = gap_share(records[stage], records[best], records["golden"], (stage, best, "golden"), seed, by_problem)
     out.pop("pooled")  # the summary records the pooled share as its own key (gap_closed)
     return out
 
 
 def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int = 0) -> dict:
-    """Summarise one setting's fidelity ``records``; ``learned`` names the learned stages in training order."""
+    """Summarise one setting's fidelity ``records``; ``learned`` names the learned stages in training order.
+
+    Where a problem has several traces (:func:`problem_of`), the bootstrap intervals resample problems (the cluster
+    bootstrap: its traces are not independent), and each interval records ``n_groups``."""
     by_name = {r["policy"]: r for r in records}
     if len(by_name) != len(records):
         raise ForesightError("two records for the same policy; pass one (B, W) setting at a time")
@@ -189,6 +195,8 @@ def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int =
     best = min(heuristics, key=lambda n: by_name[n]["loss_ratio"])
     golden = by_name["golden"]["loss_ratio"]
     gap = by_name[best]["loss_ratio"] - golden
+    ids = list(by_name["golden"]["per_trace_ratio"])
+    by_problem = len({problem_of(t) for t in ids}) < len(ids)
     stages = []
     for i, name in enumerate(learned):
         ratio = by_name[name]["loss_ratio"]
@@ -197,11 +205,12 @@ def quality_summary(records: Sequence[dict], learned: Sequence[str], seed: int =
             "loss_ratio": ratio,
             "mean_trace_ratio": by_name[name]["mean_trace_ratio"],
             "gap_closed": (by_name[best]["loss_ratio"] - ratio) / gap if gap > 0 else math.nan,
-            "gap_closed_per_trace": _gap_share(by_name, name, best, seed),
-            "vs_best_heuristic": _paired(by_name, name, best, seed),
+            "gap_closed_per_trace": _gap_share(by_name, name, best, seed, by_problem),
+            "vs_best_heuristic": _paired(by_name, name, best, seed, by_problem),
         }
         if i > 0:
-            stage["vs_previous_stage"] = {"previous": learned[i - 1], **_paired(by_name, name, learned[i - 1], seed)}
+            stage["vs_previous_stage"] = {"previous": learned[i - 1],
+                                          **_paired(by_name, name, learned[i - 1], seed, by_problem)}
         stages.append(stage)
     first = records[0]
     return {
@@ -220,7 +229,9 @@ def quality_markdown(summaries: Sequence[dict]) -> str:
     """One table per setting (every policy, pooled and per-trace mean), then the learned stages' verdicts."""
     out = []
     for s in summaries:
-        out.append(f"### B={s['budget']}, W={s['interval']} ({s['traces']} held-out traces)\n")
+        groups = s["stages"][0]["vs_best_heuristic"].get("n_groups") if s["stages"] else None
+        of = f" of {groups} problems; the intervals resample problems" if groups else ""
+        out.append(f"### B={s['budget']}, W={s['interval']} ({s['traces']} held-out traces{of})\n")
         out.append("| policy | pooled loss ratio | mean per-trace ratio |\n|---|---:|---:|")
         for name, r in sorted(s["policies"].items(), key=lambda kv: kv[1]["loss_ratio"]):
             mark = " (best heuristic)" if name == s["best_heuristic"] else ""

@@ -28,6 +28,14 @@ def _interval(samples: np.ndarray, level: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def _members(groups: Sequence, size: int) -> tuple[np.ndarray, int]:
+    """Each pair's group (its index among the sorted distinct labels) and the number of groups."""
+    if len(groups) != size:
+        raise ValueError(f"groups needs one label per pair, got {len(groups)} for {size} pairs")
+    labels, member = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+    return member, int(labels.size)
+
+
 def _check_finite(**sides: np.ndarray) -> None:
     """Refuse a NaN or infinite per-trace value: it would turn a mean and every resample into NaN, or into a number
     that is not a measurement (a hand-edited or corrupt results file)."""
@@ -65,11 +73,8 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
            "level": level}
     sums, counts = d, np.ones_like(d)
     if groups is not None:
-        if len(groups) != d.size:
-            raise ValueError(f"groups needs one label per pair, got {len(groups)} for {d.size} pairs")
-        labels, member = np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)
+        member, out["n_groups"] = _members(groups, d.size)
         sums, counts = np.bincount(member, weights=d), np.bincount(member).astype(np.float64)
-        out["n_groups"] = int(labels.size)
     if sums.size >= 2:
         idx = _resamples(sums.size, n, seed)
         out["ci_low"], out["ci_high"] = _interval(sums[idx].sum(axis=1) / counts[idx].sum(axis=1), level)
@@ -77,16 +82,17 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n: int = 10000, see
 
 
 def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: Sequence[float], n: int = 10000,
-                        seed: int = 0, level: float = 0.95) -> dict:
+                        seed: int = 0, level: float = 0.95, groups: Sequence | None = None) -> dict:
     """Share of the ``worse`` -> ``better`` gap that ``stage`` closes, on per-trace means, with its bootstrap interval.
 
     ``share = (mean(worse) - mean(stage)) / (mean(worse) - mean(better))`` over the same traces (e.g. per-trace loss
     ratios of the best heuristic, golden and a learned stage); the interval resamples traces jointly, as
-    :func:`paired_bootstrap` does. Resamples whose gap is not positive are dropped (``n_dropped``); the share and its
-    interval are NaN when the full sample's gap is not positive, and the interval is NaN when more than
-    ``(1 - level) / 2`` of the resamples have no gap (a percentile of what remains would be a number with no meaning:
-    "nan% [-1183%, 3%]" was printed). Returns ``{"share", "ci_low", "ci_high", "n_traces", "n_dropped",
-    "level"}``.
+    :func:`paired_bootstrap` does, or with ``groups`` whole groups (the cluster bootstrap: each resample's three
+    means are over the traces of its drawn groups). Resamples whose gap is not positive are dropped (``n_dropped``);
+    the share and its interval are NaN when the full sample's gap is not positive, and the interval is NaN when more
+    than ``(1 - level) / 2`` of the resamples have no gap (a percentile of what remains would be a number with no
+    meaning: "nan% [-1183%, 3%]" was printed). Returns ``{"share", "ci_low", "ci_high", "n_traces", "n_dropped",
+    "level"}`` (and ``n_groups`` with ``groups``).
     """
     s, w, b = (np.asarray(v, dtype=np.float64) for v in (stage, worse, better))
     if not s.shape == w.shape == b.shape or s.ndim != 1 or s.size == 0:
@@ -96,9 +102,14 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
     gap = w.mean() - b.mean()
     out = {"share": float((w.mean() - s.mean()) / gap) if gap > 0 else float("nan"), "ci_low": float("nan"),
            "ci_high": float("nan"), "n_traces": int(s.size), "n_dropped": 0, "level": level}
-    if s.size >= 2:
-        idx = _resamples(s.size, n, seed)
-        ms, mw, mb = s[idx].mean(axis=1), w[idx].mean(axis=1), b[idx].mean(axis=1)
+    sums, counts = np.stack([s, w, b]), np.ones_like(s)
+    if groups is not None:
+        member, out["n_groups"] = _members(groups, s.size)
+        sums = np.stack([np.bincount(member, weights=v) for v in (s, w, b)])
+        counts = np.bincount(member).astype(np.float64)
+    if counts.size >= 2:
+        idx = _resamples(counts.size, n, seed)
+        ms, mw, mb = sums[:, idx].sum(axis=2) / counts[idx].sum(axis=1)
         ok = mw - mb > 0
         out["n_dropped"] = int(n - ok.sum())
         if gap > 0 and out["n_dropped"] <= (1 - level) / 2 * n:

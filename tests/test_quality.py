@@ -7,11 +7,12 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import foresight
-from evaluation.quality import quality_summary
+from evaluation.quality import quality_markdown, quality_summary
 from foresight.errors import ForesightError
 from foresight.scorer import Scorer, ScorerConfig
 from golden.labels import save_labels
@@ -51,6 +52,53 @@ def test_summary_by_hand():
         quality_summary([*recs[:4], _rec("grpo", {"a": 1.0, "c": 1.0})], ["sl", "grpo"])
     with pytest.raises(ForesightError, match="no fidelity record for golden"):
         quality_summary(recs[1:], ["sl"])
+
+
+
+def _cluster_interval(stat, ids: list[str], seed: int = 0, n: int = 10000) -> tuple[float, float]:
+    """Brute force: resample whole problems (``problem_of``, sorted), ``stat`` of each resample's trace ids."""
+    problems = sorted({t.rsplit("#", 1)[0] for t in ids})
+    members = {p: [t for t in ids if t.rsplit("#", 1)[0] == p] for p in problems}
+    rows = np.random.default_rng(seed).integers(0, len(problems), size=(n, len(problems)))
+    vals = [v for v in (stat([t for g in row for t in members[problems[g]]]) for row in rows) if v is not None]
+    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+
+
+def test_summary_resamples_problems_where_a_problem_has_several_traces():
+    """The summary's intervals resampled traces even where a problem had 6 traces (temperature_s31's 48 validation
+    traces of 8 problems: t005 - t003 -0.0204 [-0.0356, -0.0087] was reported, by problem [-0.0324, -0.0110])."""
+    rng = np.random.default_rng(4)
+    ids = [f"q{p}#{k}" for p in range(5) for k in range(1 + 3 * (p == 0))] + ["r#0"]  # q0 has 4 traces, others 1
+    effect = {t: rng.normal(0, 0.1) for t in ids}
+    golden = {t: 1.05 + 0.01 * rng.random() for t in ids}
+    tova = {t: 1.4 + effect[t] + 0.1 * rng.random() for t in ids}
+    sl = {t: 1.2 + effect[t] + 0.05 * (t.startswith("q0")) + 0.1 * rng.random() for t in ids}
+    s = quality_summary([_rec("golden", golden), _rec("tova", tova), _rec("sl", sl), _rec("grpo", golden)],
+                        ["grpo", "sl"], seed=0)
+    assert s["stages"][1]["vs_best_heuristic"]["n_groups"] == 6
+    st = s["stages"][1]
+
+    def mean(r, sel):
+        return sum(r[t] for t in sel) / len(sel)
+
+    v = st["vs_best_heuristic"]
+    assert (v["ci_low"], v["ci_high"]) == pytest.approx(
+        _cluster_interval(lambda sel: mean(sl, sel) - mean(tova, sel), ids))
+    prev = st["vs_previous_stage"]
+    assert (prev["ci_low"], prev["ci_high"]) == pytest.approx(
+        _cluster_interval(lambda sel: mean(sl, sel) - mean(golden, sel), ids))
+
+    def share(sel):
+        gap = mean(tova, sel) - mean(golden, sel)
+        return (mean(tova, sel) - mean(sl, sel)) / gap if gap > 0 else None
+
+    g = st["gap_closed_per_trace"]
+    assert g["n_groups"] == 6 and (g["ci_low"], g["ci_high"]) == pytest.approx(_cluster_interval(share, ids))
+    assert "of 6 problems; the intervals resample problems" in quality_markdown([s])
+    # one trace per problem: traces resampled, as before
+    one = quality_summary([_rec("golden", {"a#0": 1.0, "b#0": 1.0}), _rec("tova", {"a#0": 1.3, "b#0": 1.2}),
+                           _rec("sl", {"a#0": 1.1, "b#0": 1.2})], ["sl"])
+    assert "n_groups" not in one["stages"][0]["vs_best_heuristic"] and "problems" not in quality_markdown([one])
 
 
 def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
@@ -309,6 +357,27 @@ def test_compare_reads_eval_fidelity_output_and_reports_gap_shares(tmp_path, cap
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:h2o")
     with pytest.raises(ForesightError, match="name the heuristic"):  # a zero gap: every share would be nan
         compare.compare(f"{ev / 'fidelity.json'}:learned", f"{bench}:sl", 16, 4, gap=f"{bench}:golden")
+
+
+
+def test_compare_by_problem_resamples_problems_for_the_gap_share_too(tmp_path):
+    """--by-problem resampled problems for the paired interval only; the gap share's interval beside it still
+    resampled traces (a narrower interval printed under "problems resampled")."""
+    compare = _run_module("compare")
+    rng = np.random.default_rng(2)
+    ids = [f"p{p}#{k}" for p in range(4) for k in range(4 if p < 2 else 1)]
+    golden = {t: 1.0 + 0.02 * rng.random() for t in ids}
+    tova = {t: 1.3 + 0.1 * rng.random() for t in ids}
+    sl = {t: 1.1 + 0.1 * (t[:2] in ("p0", "p1")) + 0.05 * rng.random() for t in ids}
+    bench = _quality_json(tmp_path / "q.json", "m", [_rec("golden", golden), _rec("tova", tova), _rec("sl", sl)])
+    r = compare.compare(f"{bench}:sl", f"{bench}:sl", 16, 4, gap=f"{bench}:tova", by_problem=True)
+    g = r["a_gap_closed"]
+
+    def share(sel):
+        w, gd, st = (sum(x[t] for t in sel) / len(sel) for x in (tova, golden, sl))
+        return (w - st) / (w - gd) if w > gd else None
+
+    assert g["n_groups"] == 4 and (g["ci_low"], g["ci_high"]) == pytest.approx(_cluster_interval(share, ids))
 
 
 def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, capsys):

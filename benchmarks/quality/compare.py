@@ -13,7 +13,7 @@ A ``FILE`` may also be a ``foresight eval fidelity`` output's ``fidelity.json`` 
 ``learned``; the model is read from the ``settings.json`` beside it). ``--gap FILE:HEURISTIC`` adds the share of
 that heuristic -> golden gap each side closes (pooled, and on per-trace means with a bootstrap interval), with
 golden and the heuristic from one quality benchmark run on the same traces. ``--by-problem`` resamples problems
-instead of traces for the paired interval (the cluster bootstrap), for trace sets with several samples per problem.
+instead of traces for the intervals (the cluster bootstrap), for trace sets with several samples per problem.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def compare(a_spec: str, b_spec: str, budget: int, interval: int, seed: int = 0,
     if refs:
         (best_name, best), (golden_name, golden) = refs
         for side, rec, name in (("a", a, a_spec), ("b", b, b_spec)):
-            out[f"{side}_gap_closed"] = gap_share(rec, best, golden, (name, best_name, golden_name), seed)
+            out[f"{side}_gap_closed"] = gap_share(rec, best, golden, (name, best_name, golden_name), seed, by_problem)
     return out
 
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     p.add_argument("--gap", metavar="FILE:HEURISTIC", default=None,
                    help="a quality.json and its heuristic: report the share of the heuristic -> golden gap closed")
     p.add_argument("--by-problem", action="store_true",
-                   help="resample problems, not traces, for the paired interval (several traces per problem)")
+                   help="resample problems, not traces, for the intervals (several traces per problem)")
     args = p.parse_args(argv)
     r = compare(args.a, args.b, args.budget, args.interval, args.seed, args.gap, args.by_problem)
     print(f"pooled {r['a_loss_ratio']:.4f} vs {r['b_loss_ratio']:.4f}; mean per trace {r['a_mean_trace_ratio']:.4f} "
