@@ -9,6 +9,7 @@
 #   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
 #   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 3-round run: trains round 4 only
+#   HELDOUT=48 STAGE=heldout bash benchmarks/quality/recipe.sh   # the benchmark's 48 held-out traces only
 #   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # sessions 11-12's recipe (post-RoPE
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
@@ -43,6 +44,7 @@ $PY benchmarks/quality/split.py $E/split
 stamp "held-out traces"
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/heldout.jsonl --limit $HELDOUT \
     --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/heldout_traces --no-progress
+[ "${STAGE:-}" = heldout ] && { stamp "held-out traces done (STAGE=heldout)"; exit 0; }
 stamp "training traces"
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/train.jsonl \
     --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/train_traces --no-progress

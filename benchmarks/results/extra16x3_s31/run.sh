@@ -4,6 +4,7 @@
 # the gap rests on more than one trace per problem. Golden labels at both settings, then the quality benchmark with
 # tova (the best heuristic on extra16 at both budgets), h2o, and the packaged scorer top-k and sampled at the
 # temperature its config records. Paired intervals: run.py's per trace, and compare.py --by-problem. Rerun to resume.
+# STAGE=traces: stop after the traces.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; X=$E/extra16x3_traces; R=benchmarks/results/extra16x3_s31
@@ -14,6 +15,7 @@ two_ranks() { RANK=0 WORLD_SIZE=2 "$@" & local p0=$!; RANK=1 WORLD_SIZE=2 "$@" &
 stamp traces
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/heldout_extra16.jsonl --samples 3 \
     --max-new-tokens 512 --batch-size 12 --seed 1 --out $X --no-progress
+[ "${STAGE:-}" = traces ] && { stamp "traces done (STAGE=traces)"; exit 0; }
 stamp "golden labels"
 two_ranks $PY -m foresight golden --traces $X --out $E/golden_x16x3_B64_W16 --budget 64 --interval 16 --no-progress
 two_ranks $PY -m foresight golden --traces $X --out $E/golden_x16x3_B128_W32 --budget 128 --interval 32 --no-progress
