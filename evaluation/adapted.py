@@ -47,7 +47,11 @@ def compare_adapted(base: dict[str, dict], adapted: dict[str, dict], seed: int =
     out: dict = {}
     for name in base:
         b, a = base[name], adapted[name]
-        ids = sorted(set(b["per_trace_ratio"]) & set(a["per_trace_ratio"]))
+        ids = sorted(b["per_trace_ratio"])
+        if ids != sorted(a["per_trace_ratio"]):  # pooled ratios of two trace sets would be compared as one
+            raise ValueError(f"{name}: base and adapted records cover different traces "
+                             f"({len(ids)} vs {len(a['per_trace_ratio'])}, "
+                             f"{len(set(ids) ^ set(a['per_trace_ratio']))} on one side only)")
         diff = paired_bootstrap([a["per_trace_ratio"][i] for i in ids], [b["per_trace_ratio"][i] for i in ids],
                                 seed=seed) if ids else {}
         out.update({f"{prefix}{name}_loss_ratio_base": b["loss_ratio"],

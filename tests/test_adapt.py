@@ -541,3 +541,16 @@ def test_adapt_runs_script_pairs_two_real_runs_by_step_and_refuses_another_data_
     with pytest.raises(SystemExit) as exc:
         mod.run_script(lambda: mod.main([str(tmp_path / "fast"), str(tmp_path / "seed1")]), "adapt_runs")
     assert exc.value.code == 2 and "setting 'seed' differs" in capsys.readouterr().err
+
+
+def test_compare_adapted_refuses_records_of_different_traces():
+    """Two trace sets were paired on their intersection while their pooled ratios came from all of each."""
+    from evaluation.adapted import compare_adapted
+
+    def rec(ids):
+        return {"h2o": {"loss_ratio": 1.2, "kl": 0.1, "ce_full": 0.6, "per_trace_ratio": {i: 1.2 for i in ids}}}
+
+    same = compare_adapted(rec(["a", "b", "c"]), rec(["c", "b", "a"]))
+    assert same["h2o_vs_base_mean"] == 0.0
+    with pytest.raises(ValueError, match="different traces .3 vs 2, 1 on one side only"):
+        compare_adapted(rec(["a", "b", "c"]), rec(["a", "b"]))
