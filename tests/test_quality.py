@@ -451,6 +451,13 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
         card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)
     with pytest.raises(ForesightError, match="measured with selection=sample, not topk"):
         card.card_records(f"{sample}:sl_sample", f"{sample}:sl_sample", 16, 4)
+    # a stage measured with a newcomer bonus, or transferred to another (B, W), was quoted as "this scorer"
+    for args, what in (({"newcomer_bonus": 0.02}, "newcomer_bonus=0.02"), ({"any_budget": True}, "any_budget=True")):
+        tuned = run(f"{what}.json", "sl", "aa", args)
+        with pytest.raises(ForesightError, match=f"sl: measured with {what}; the card quotes"):
+            card.card_records(f"{tuned}:sl", f"{sample}:sl_sample", 16, 4)
+    assert len(card.card_records(f"{run('z.json', 'sl', 'aa', {'newcomer_bonus': 0.0})}:sl", f"{sample}:sl_sample",
+                                 16, 4)) == 4
     with pytest.raises(ForesightError, match="cannot write"):
         card.main(["--topk", f"{topk}:sl", "--sample", f"{sample}:sl_sample", "--budget", "16", "--interval", "4",
                    "--out", str(tmp_path / "missing" / "card.json")])

@@ -6,7 +6,8 @@ scorer's top-k stage, that stage, and the same scorer's sampled stage (often a s
 selection=sample``). The two learned records are relabelled so the card says which rows are this scorer; each keeps
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
-CE) and trace ids; anything else is refused. The learned records carry the weights' SHA-256 when the runs recorded
+CE) and trace ids, measured as ``learned`` runs the scorer by default (no ``newcomer_bonus``, no ``any_budget``
+transfer); anything else is refused. The learned records carry the weights' SHA-256 when the runs recorded
 it (``scorer_sha256``), which ``foresight export --fidelity`` checks against the exported scorer. Stages measured
 by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and the best heuristic from
 ``--reference``, a quality benchmark run on the same traces.
@@ -30,6 +31,9 @@ from pathlib import Path
 from evaluation.quality import check_comparable, load_record, same_traces
 from foresight.errors import ForesightError, OneLineParser, run_script
 
+# learned-policy arguments whose non-default value makes a stage something other than this scorer at its (B, W)
+UNQUOTED = ("newcomer_bonus", "any_budget")
+
 
 def _selection(record: dict, spec: str) -> tuple[str, float]:
     """(selection, temperature) the stage was measured with, from its record's resolved policy config."""
@@ -39,6 +43,12 @@ def _selection(record: dict, spec: str) -> tuple[str, float]:
     temperature = cfg["temperature"]
     if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
         raise ForesightError(f"{spec}: policy_config temperature must be a number, got {temperature!r}")
+    # the card quotes the scorer as `learned` runs it at its own (B, W): a bonus, or a transfer to another (B, W),
+    # measured something else under "this scorer"
+    changed = [f"{k}={cfg[k]}" for k in UNQUOTED if cfg.get(k)]
+    if changed:
+        raise ForesightError(f"{spec}: measured with {', '.join(changed)}; the card quotes this scorer as the learned "
+                             "policy runs it by default (a stage measured without them)")
     return cfg["selection"], float(temperature)
 
 
