@@ -46,7 +46,9 @@ def main() -> None:
     if args.interval is not None and args.budget is None:
         raise ForesightError("--interval: needs --budget")
     cfg = cache_config_arg(args.budget, args.interval)
-    checked_policy(args.policy, [(cfg.budget, cfg.interval)], f"--policy {args.policy}")
+    if not checked_policy(args.policy, [(cfg.budget, cfg.interval)], f"--policy {args.policy}").evicts and args.budget:
+        raise ForesightError(f"--budget {args.budget}: policy {args.policy!r} never evicts, so the budget would be "
+                             "ignored; pick an evicting policy with --policy")
 
     model, tok = foresight.load_model(args.model)
     prompt = tok.apply_chat_template(
@@ -73,8 +75,10 @@ def main() -> None:
     tps = {k: n / statistics.median(v) for k, v in times.items()}
     ratio = tps["foresight"] / tps["hf_generate"]
     result = {"model": args.model, "new_tokens": n, "repeats": args.repeats, "policy": args.policy,
+              "budget": cfg.budget, "interval": cfg.interval,  # the foresight side's cache (None: the full cache)
               "device": str(model.device), "threads": torch.get_num_threads(),
               "tokens_per_s": {k: round(v, 2) for k, v in tps.items()}, "ratio": round(ratio, 3)}
+    print(f"foresight side: policy {args.policy}" + (f", B={cfg.budget} W={cfg.interval}" if cfg.budget else ""))
     print(f"{'runner':<14}{'tokens/s':>10}")
     for k, v in tps.items():
         print(f"{k:<14}{v:>10.2f}")

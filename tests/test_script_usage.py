@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -109,10 +110,19 @@ def test_bench_runtime_refuses_what_would_fail_or_never_evict_after_the_model_lo
                          (["--interval", "4"], "--interval: needs --budget"),
                          (["--policy", "h2o", "--budget", "16", "--interval", "16"], "must be smaller than budget"),
                          (["--policy", "paged", "--budget", "64", "--interval", "8"], "paged: block_size"),
-                         (["--policy", "h2o", "--budget", "16", "--json", str(tmp_path)], "is a directory")):
+                         (["--policy", "h2o", "--budget", "16", "--json", str(tmp_path)], "is a directory"),
+                         # full ignored the budget
+                         (["--policy", "full", "--budget", "16"], "--budget 16: policy 'full' never evicts")):
         monkeypatch.setattr(sys, "argv", [*base, *extra])
         with pytest.raises(ForesightError, match=match):
             mod.main()
+    # the results named the policy but not the B, W it ran at
+    monkeypatch.setattr(sys, "argv", ["bench_runtime.py", "--model", "tiny-llama", "--policy", "h2o", "--budget", "16",
+                                      "--new-tokens", "4", "--repeats", "1", "--json", str(tmp_path / "r.json")])
+    mod.main()
+    got = json.loads((tmp_path / "r.json").read_text())
+    assert (got["policy"], got["budget"], got["interval"]) == ("h2o", 16, 4)
+    assert "policy h2o, B=16 W=4" in capsys.readouterr().out
 
 
 def test_bench_golden_and_bench_replay_refuse_bad_settings_before_the_model_load(tmp_path, monkeypatch):
