@@ -112,11 +112,13 @@ def main(argv=None) -> int:
         names.insert(0, REFERENCE)
     paths = parse_scorers(args.scorer)
     names += list(paths)
-    model, tok = foresight.load_model(args.model, device=args.device)
-    scorers = {n: Scorer.from_pretrained(path, model=model) for n, path in paths.items()}  # checked, loaded once
+    scorers = {n: Scorer.from_pretrained(path) for n, path in paths.items()}  # checked, loaded once, before the model
     for n, scorer in scorers.items():
         checked_policy("learned", [(args.budget, args.interval)], f"--scorer {n.split(':', 1)[1]}={paths[n]}",
                        scorer=scorer)
+    model, tok = foresight.load_model(args.model, device=args.device)
+    for scorer in scorers.values():
+        scorer.check_compatible(model)
     prompt_ids = tok(PROMPT)["input_ids"]
     run_once(model, tok, prompt_ids, REFERENCE, argparse.Namespace(**{**vars(args), "new_tokens": 8}))  # warm-up
 
