@@ -51,10 +51,13 @@ def fidelity_table(records: Sequence[dict]) -> str:
 def fidelity_markdown(records: Sequence[dict], title: str = "Fidelity", notes: Sequence[str] = ()) -> str:
     """A whole report page: title, notes, the table and a legend of the metrics."""
     interval = sorted({r["interval"] for r in records})
+    sinks = sorted({r.get("sinks", 0) for r in records})  # kept apart from the budget: every policy keeps them
     mean_len = records[0].get("mean_trace_len") if records else None
     lines = [f"# {title}", ""]
     lines += [f"- {n}" for n in notes]
-    lines.append(f"- interval W = {', '.join(map(str, interval))}; mean trace length = {_fmt(mean_len, 1)} tokens")
+    lines.append(f"- interval W = {', '.join(map(str, interval))}"
+                 + (f"; attention sinks S = {', '.join(map(str, sinks))} (never evicted)" if any(sinks) else "")
+                 + f"; mean trace length = {_fmt(mean_len, 1)} tokens")
     lines += [
         "- metrics pooled over every position ≥ B + W (predictions made after the first eviction); best policy "
         "first within each budget (lowest loss ratio). ΔCE is ± the standard error over traces.",

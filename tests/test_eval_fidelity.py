@@ -293,6 +293,16 @@ def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):
     assert "| full |" in lines[0]
     assert (out / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "fidelity.partial.jsonl").exists()  # the journal goes once the results are written
+    assert "sinks" not in md
+
+
+def test_cli_report_names_the_attention_sinks(trace_dir, tmp_path):
+    """With --sinks the markdown report read exactly as one without: the numbers of another cache, unnamed."""
+    out = tmp_path / "fid"
+    assert main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "h2o",
+                 "--budget", "24", "--interval", "8", "--sinks", "4", "--out", str(out), "--quiet"]) == 0
+    assert "- interval W = 8; attention sinks S = 4 (never evicted); mean trace length" in (out / "fidelity.md"
+                                                                                          ).read_text()
 
 
 @pytest.mark.parametrize(
