@@ -155,6 +155,7 @@ def benchmark(
             "policy": name,
             "budget": budget if built[name].evicts else None,
             "interval": interval if built[name].evicts else None,
+            "sinks": sinks if built[name].evicts else None,
             "new_tokens": new_tokens,
             "prompt_tokens": prompt_tokens,
             "batch_size": batch_size,

@@ -51,6 +51,18 @@ def test_cli_writes_json_and_table(tmp_path, capsys):
     assert "| random | 32 |" in capsys.readouterr().out
 
 
+def test_cli_records_the_sinks_and_policy_args_it_ran_with(tmp_path, capsys):
+    """--sinks and --policy-arg changed what was timed, yet bench.json and bench.md read as without them."""
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", "tiny-llama", "--policies", "random", "--budget", "32", "--interval", "8",
+                 "--sinks", "4", "--policy-arg", "random.seed=3", "--new-tokens", "16", "--repeats", "1", "--prompt",
+                 "hello", "--out", str(out)]) == 0
+    data = json.loads((out / "bench.json").read_text())
+    assert [(r["policy"], r["sinks"]) for r in data["records"]] == [("full", None), ("random", 4)]
+    assert data["settings"]["policy_args"]["random"] == {"seed": 3} and data["settings"]["scorer"] is None
+    assert "B=32, W=8, 4 attention sinks," in (out / "bench.md").read_text()
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

@@ -28,6 +28,7 @@ def run(args) -> int:
     from evaluation.policies import check_requirements, make_factory, parse_policies
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
+    from foresight.scorer import scorer_sha256
 
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
@@ -40,6 +41,7 @@ def run(args) -> int:
         checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
                        **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights timed, read before the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
@@ -48,14 +50,16 @@ def run(args) -> int:
                         prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory)
     table = bench_table(records)
     device = str(model.device)
-    header = (f"model `{args.model}` on {device}, B={args.budget}, W={args.interval}, {args.new_tokens} new tokens "
-              f"x batch {args.batch_size}, prompt {records[0]['prompt_tokens']} tokens, median of {args.repeats} "
+    sinks = f", {args.sinks} attention sinks" if args.sinks else ""
+    header = (f"model `{args.model}` on {device}, B={args.budget}, W={args.interval}{sinks}, {args.new_tokens} new "
+              f"tokens x batch {args.batch_size}, prompt {records[0]['prompt_tokens']} tokens, median of {args.repeats} "
               "interleaved repeats")
     print(header)
     print()
     print(table)
     if args.out:
-        meta = {"model": args.model, "device": device, "fingerprint": foresight.model_fingerprint(model)}
+        meta = {"model": args.model, "device": device, "fingerprint": foresight.model_fingerprint(model),
+                "scorer": args.scorer, "scorer_sha256": scorer_sha, "policy_args": kwargs}
         js, md = write_bench(args.out, meta, header, records)
         print(f"\nwrote {js}, {md}")
     return 0
