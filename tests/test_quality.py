@@ -398,6 +398,12 @@ def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, ca
     assert by_length.main([f"{bench}:sl", "--traces", str(tmp_path / "tr"), "--gap", f"{bench}:tova", "--budget",
                            "16", "--interval", "4", "--edges", "50"]) == 0
     assert "| ≥ 50 | 2 | 65 | 0.400 | 13% |" in capsys.readouterr().out
+    # two stages named alike in files of one folder had one header: the columns could not be told apart
+    other = _quality_json(tmp_path / "q2.json", "m", [{**_rec(r["policy"], r["per_trace_ratio"]), "tokens": 97}
+                                                      for r in json.loads(Path(bench).read_text())["records"]])
+    assert by_length.main([f"{bench}:sl", f"{other}:sl", "--traces", str(tmp_path / "tr"), "--gap", f"{bench}:tova",
+                           "--budget", "16", "--interval", "4", "--edges", "50"]) == 0
+    assert f"| gap | {bench}:sl | {other}:sl |" in capsys.readouterr().out
     save_random_traces(tiny_llama[0], tmp_path / "other", [20, 30], prefix="t")
     with pytest.raises(ForesightError, match="holds no trace 't2#0'"):
         by_length.by_length(str(tmp_path / "other"), f"{bench}:tova", [f"{bench}:sl"], 16, 4)

@@ -86,6 +86,8 @@ def main(argv=None) -> int:
         raise ForesightError(f"{twice}: given twice; name each stage once")
     rows = by_length(args.traces, args.gap, args.stages, args.budget, args.interval, edges)
     names = [f"{Path(s.rpartition(':')[0]).parent.name}:{s.rpartition(':')[2]}" for s in args.stages]
+    if len(set(names)) < len(names):  # stages of two files in one folder (or folders of one name): one header
+        names = list(args.stages)
     print("| tokens | traces | mean length | gap | " + " | ".join(names) + " |")
     print("|---|---:|---:|---:|" + "---:|" * len(names))
     for r in rows:
