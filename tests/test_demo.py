@@ -54,6 +54,15 @@ def test_demo_fast_on_default_model(tmp_path):
     _check_outputs(out)
 
 
+def test_demo_refuses_a_bad_model_or_out_before_writing(tmp_path, capsys):
+    """--model with a typo wrote <out>/demo_config.json before the model load failed."""
+    assert main(["demo", "--fast", "--model", "no-such-model", "--out", str(tmp_path / "demo")]) == 2
+    assert "Unknown model 'no-such-model'" in capsys.readouterr().err and not (tmp_path / "demo").exists()
+    (tmp_path / "f").write_text("a file")
+    assert main(["demo", "--fast", "--model", "no-such-model", "--out", str(tmp_path / "f" / "demo")]) == 2
+    assert "--out" in capsys.readouterr().err and (tmp_path / "f").read_text() == "a file"
+
+
 def test_demo_config_validation():
     with pytest.raises(ValueError, match="must be one of"):
         DemoConfig(budget=96)

@@ -28,6 +28,7 @@ from evaluation.export import export_scorer
 from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
 from evaluation.report import write_fidelity_outputs
+from foresight.config import check_output_dir
 from foresight.data import synthetic_problems
 from foresight.fingerprint import file_sha256
 from foresight.scorer import WEIGHTS_NAME
@@ -92,12 +93,12 @@ def _done(t0: float) -> None:
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns the summary also written to ``<out_dir>/summary.json``."""
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    out = Path(check_output_dir(cfg.out_dir, "--out"))
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
-    model, tok = foresight.load_model(cfg.model)
+    model, tok = foresight.load_model(cfg.model)  # a bad name is refused before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
 
     t0 = _stage(1, f"sampling reasoning traces for {cfg.problems} synthetic problems with {cfg.model}")
     problems = synthetic_problems(cfg.problems, seed=cfg.seed)
