@@ -11,6 +11,8 @@ feature set and width times the policy honestly. Its *quality* is meaningless: n
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from foresight.config import check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer, ScorerConfig
@@ -25,6 +27,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     check_output_dir(args.out, "--out")
+    if Path(args.out).exists():  # e.g. the --like scorer itself: its trained weights were replaced by untrained ones
+        raise ForesightError(f"--out {args.out} exists; choose a new directory")
     like = Scorer.from_pretrained(args.like).config
     try:
         cfg = ScorerConfig(fingerprint=like.fingerprint, budget=args.budget, interval=args.interval,

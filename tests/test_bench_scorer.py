@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import foresight
+from foresight.errors import ForesightError
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model, load_script
 
@@ -29,6 +32,13 @@ def test_copies_the_architecture_at_the_new_setting(tmp_path):
     assert (got.budget, got.interval) == (64, 16)
     assert (got.feature_set, got.hidden, got.decay, got.fingerprint) == (cfg.feature_set, 8, 0.8, cfg.fingerprint)
     assert "untrained" in got.provenance["trainer"]
+
+    # an existing --out (here the trained scorer itself) had its weights replaced by untrained ones
+    before = (tmp_path / "trained" / "model.safetensors").read_bytes()
+    with pytest.raises(ForesightError, match="--out .*trained exists; choose a new directory"):
+        _module().main(["--like", str(tmp_path / "trained"), "--budget", "64", "--interval", "16",
+                        "--out", str(tmp_path / "trained")])
+    assert (tmp_path / "trained" / "model.safetensors").read_bytes() == before
 
 
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path):
