@@ -22,7 +22,7 @@ def _fmt(value, digits: int = 4) -> str:
 def _quality_key(rec: dict):
     """Best first: lowest loss ratio, then lowest KL (NaN last)."""
     lr, kl = rec.get("loss_ratio", float("nan")), rec.get("kl", float("nan"))
-    return (math.isnan(lr), lr if not math.isnan(lr) else 0.0, kl if not math.isnan(kl) else 0.0)
+    return (math.isnan(lr), lr if not math.isnan(lr) else 0.0, math.isnan(kl), kl if not math.isnan(kl) else 0.0)
 
 
 def fidelity_table(records: Sequence[dict]) -> str:

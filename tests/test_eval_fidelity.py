@@ -531,3 +531,11 @@ def test_golden_with_attention_sinks_is_refused_before_any_replay(copy_model, co
         evaluate_fidelity(copy_model, copy_traces, ["h2o", "golden"], [12], 4, trace_ids=ids, sinks=2,
                           policy_kwargs={"golden": {"labels": labels}})
     assert not calls
+
+
+def test_report_orders_by_loss_ratio_then_kl_with_nan_last():
+    from evaluation.report import _quality_key
+
+    recs = [{"policy": p, "loss_ratio": lr, "kl": kl} for p, lr, kl in
+            [("nan_kl", 1.1, float("nan")), ("small_kl", 1.1, 0.2), ("best", 1.05, 0.9), ("nan_lr", float("nan"), 0.1)]]
+    assert [r["policy"] for r in sorted(recs, key=_quality_key)] == ["best", "small_kl", "nan_kl", "nan_lr"]
