@@ -35,6 +35,7 @@ from foresight.fingerprint import fingerprint_diff
 from foresight.generation import eos_token_ids, generate
 from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
+from golden.sharding import atomic_write_text
 from golden.traces import trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"
@@ -172,7 +173,7 @@ def run_accuracy(
     _check_settings(out, settings)
     records = read_records(out)  # complete lines only, so the same before and after repair_jsonl below
     _check_records(out, records, problems, prompt_of, settings.get("data"))
-    (out / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+    atomic_write_text(out / "settings.json", json.dumps(settings, indent=2) + "\n")  # a rerun killed here keeps it
     path = out / f"samples-rank{rank}.jsonl"
     repair_jsonl(path)
     done = {sample_key(r["problem_id"], r["sample"]) for r in records}
@@ -265,9 +266,7 @@ def write_summary(out_dir: str | Path, problems: Sequence, samples: int) -> dict
     settings_path = out / "settings.json"
     settings = read_json(settings_path, "settings file") if settings_path.exists() else {}
     summary = summarize(read_records(out), problems, samples, settings)
-    tmp = out / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
-    tmp.replace(out / "summary.json")
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2) + "\n")  # ranks may end together
     return summary
 
 

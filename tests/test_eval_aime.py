@@ -215,3 +215,28 @@ def test_refuses_problems_it_cannot_grade(tmp_path, capsys, rows, message):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and str(data) in err, err
     assert not out.exists()
+
+
+def test_a_rerun_killed_while_rewriting_settings_resumes(data, tmp_path, monkeypatch):
+    # every rerun rewrites settings.json: a kill -9 in that write must not leave --out refusing every later rerun
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert _run(data, full) == 0
+    assert _run(data, cut) == 0
+    (cut / "summary.json").unlink()
+    write_text = type(cut).write_text
+
+    class Killed(BaseException):
+        pass
+
+    def killed(self, text, *a, **k):
+        if "settings.json" in self.name:
+            self.open("w").close()  # opened (truncated), then the process dies before writing
+            raise Killed
+        return write_text(self, text, *a, **k)
+
+    monkeypatch.setattr(type(cut), "write_text", killed)
+    with pytest.raises(Killed):
+        _run(data, cut)
+    monkeypatch.undo()
+    assert _run(data, cut) == 0
+    assert _summary(cut) == _summary(full)
