@@ -10,6 +10,8 @@ from typing import Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
+from golden.sharding import atomic_write_text
+
 
 def _fmt(value, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -123,9 +125,10 @@ def write_fidelity_outputs(records: Sequence[dict], out_dir: str | Path, notes: 
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "fidelity.json").write_text(json.dumps(list(records), indent=2) + "\n")
+    # atomic, settings first: a rerun reads a present fidelity.json (and its settings.json) as finished results
     if settings is not None:
-        (out / "settings.json").write_text(json.dumps(settings, indent=2, default=str) + "\n")
+        atomic_write_text(out / "settings.json", json.dumps(settings, indent=2, default=str) + "\n")
+    atomic_write_text(out / "fidelity.json", json.dumps(list(records), indent=2) + "\n")
     md = fidelity_markdown(records, title=title, notes=notes)
     (out / "fidelity.md").write_text(md)
     plot_loss_ratio(records, out / "fidelity.png", title=title)

@@ -539,3 +539,32 @@ def test_report_orders_by_loss_ratio_then_kl_with_nan_last():
     recs = [{"policy": p, "loss_ratio": lr, "kl": kl} for p, lr, kl in
             [("nan_kl", 1.1, float("nan")), ("small_kl", 1.1, 0.2), ("best", 1.05, 0.9), ("nan_lr", float("nan"), 0.1)]]
     assert [r["policy"] for r in sorted(recs, key=_quality_key)] == ["best", "small_kl", "nan_kl", "nan_lr"]
+
+
+def test_a_run_killed_while_writing_its_results_resumes(trace_dir, tmp_path, monkeypatch):
+    """A kill -9 in the write of fidelity.json leaves no torn fidelity.json that every rerun refuses as finished
+    results: the rerun finishes from the journal with the uninterrupted run's records."""
+    args = ["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "h2o",
+            "--budget", "24", "--interval", "8", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "full")]) == 0
+    out = tmp_path / "cut"
+    write_text = Path.write_text
+
+    class Killed(BaseException):
+        pass
+
+    def killed(self, text, *a, **k):
+        if "fidelity.json" in self.name:
+            self.open("w").close()  # opened (truncated), then the process dies before writing
+            raise Killed
+        return write_text(self, text, *a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(Path, "write_text", killed)
+        with pytest.raises(Killed):
+            main([*args, "--out", str(out)])
+    assert (out / "fidelity.partial.jsonl").exists()
+    assert main([*args, "--out", str(out)]) == 0
+    assert not (out / "fidelity.partial.jsonl").exists()
+    full = json.loads((tmp_path / "full" / "fidelity.json").read_text())
+    assert json.loads((out / "fidelity.json").read_text()) == full
