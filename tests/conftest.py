@@ -26,6 +26,24 @@ def load_script(path: str, name: str | None = None) -> ModuleType:
     return mod
 
 
+class Killed(BaseException):
+    """Raised by :func:`kill_while_writing`: the process "dies" in a file write."""
+
+
+def kill_while_writing(monkeypatch, name_part: str) -> None:
+    """Make ``Path.write_text`` of any file whose name contains ``name_part`` behave like a kill -9 in the write: the
+    file is opened (truncated) and :class:`Killed` is raised before anything is written."""
+    write_text = Path.write_text
+
+    def killed(self, text, *a, **k):
+        if name_part in self.name:
+            self.open("w").close()
+            raise Killed
+        return write_text(self, text, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", killed)
+
+
 def get_model(name: str):
     """Load (once per test session) a model by name; tests must not mutate it."""
     if name not in _CACHE:

@@ -8,6 +8,7 @@ import pytest
 
 from evaluation.accuracy import TIMING_FIELDS, read_records
 from foresight.cli import main
+from tests.conftest import Killed, kill_while_writing
 
 PROBLEMS = [
     {"id": "a", "problem": "What is 1+1?", "answer": "2"},
@@ -223,18 +224,7 @@ def test_a_rerun_killed_while_rewriting_settings_resumes(data, tmp_path, monkeyp
     assert _run(data, full) == 0
     assert _run(data, cut) == 0
     (cut / "summary.json").unlink()
-    write_text = type(cut).write_text
-
-    class Killed(BaseException):
-        pass
-
-    def killed(self, text, *a, **k):
-        if "settings.json" in self.name:
-            self.open("w").close()  # opened (truncated), then the process dies before writing
-            raise Killed
-        return write_text(self, text, *a, **k)
-
-    monkeypatch.setattr(type(cut), "write_text", killed)
+    kill_while_writing(monkeypatch, "settings.json")
     with pytest.raises(Killed):
         _run(data, cut)
     monkeypatch.undo()

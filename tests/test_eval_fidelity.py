@@ -15,7 +15,7 @@ import torch
 from evaluation.fidelity import FIELDS, evaluate_fidelity
 from foresight.errors import ForesightError
 from foresight.cli import main
-from tests.conftest import save_random_traces
+from tests.conftest import Killed, kill_while_writing, save_random_traces
 
 PERIOD = 6
 
@@ -548,19 +548,8 @@ def test_a_run_killed_while_writing_its_results_resumes(trace_dir, tmp_path, mon
             "--budget", "24", "--interval", "8", "--quiet"]
     assert main([*args, "--out", str(tmp_path / "full")]) == 0
     out = tmp_path / "cut"
-    write_text = Path.write_text
-
-    class Killed(BaseException):
-        pass
-
-    def killed(self, text, *a, **k):
-        if "fidelity.json" in self.name:
-            self.open("w").close()  # opened (truncated), then the process dies before writing
-            raise Killed
-        return write_text(self, text, *a, **k)
-
     with monkeypatch.context() as m:
-        m.setattr(Path, "write_text", killed)
+        kill_while_writing(m, "fidelity.json")
         with pytest.raises(Killed):
             main([*args, "--out", str(out)])
     assert (out / "fidelity.partial.jsonl").exists()
