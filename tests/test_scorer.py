@@ -202,6 +202,69 @@ def test_newcomer_bonus_raises_exactly_the_newest_candidates(tmp_path):
         make_policy("learned", scorer=pol.model, newcomer_bonus=-0.1)
 
 
+def test_score_momentum_equals_a_per_entry_moving_average_by_position():
+    """``score_momentum`` judges each entry on the running average of its own scores (brute force: a dict keyed by
+    (layer, KV head, position), which never sees an evicted position again), newcomers on their first score, with
+    the newcomer bonus added after the average and never stored."""
+    model, tok = get_model("tiny-llama")
+    m, bonus = 0.6, 0.25
+    raw = {}
+    pol = make_policy("learned", scorer=_scorer(model), score_momentum=m, newcomer_bonus=bonus,
+                      on_features=lambda view, f: raw.update(s=pol.model(f, layer_idx=view.layer_idx)))
+    ref: dict[tuple[int, int, int], float] = {}
+    seen_again = []
+    score = pol.score
+
+    def check(view):
+        got = score(view)
+        pos = view.candidate_positions[0]  # (Hkv, candidates), one sequence
+        newest = pos >= pos.topk(W, dim=-1).values[..., -1:]
+        want = torch.empty_like(got[0])
+        for h in range(pos.shape[0]):
+            for i, p in enumerate(pos[h].tolist()):
+                key, s = (view.layer_idx, h, p), float(raw["s"][0, h, i])
+                seen_again.append(key in ref)
+                ref[key] = m * ref[key] + (1 - m) * s if key in ref else s
+                want[h, i] = ref[key] + (bonus if bool(newest[h, i]) else 0.0)
+        torch.testing.assert_close(got[0], want, atol=1e-5, rtol=0)
+        return got
+
+    pol.score = check
+    res = foresight.generate(model, tok, ["Hello there"], policy=pol, budget=B, interval=W, max_new_tokens=40,
+                             stop_on_eos=False)
+    assert res.stats["evictions"] > 3 and any(seen_again) and not all(seen_again)
+    for bad in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="score_momentum"):
+            make_policy("learned", scorer=pol.model, score_momentum=bad)
+
+
+def test_score_momentum_zero_is_plain_and_a_padded_batch_equals_each_row_alone():
+    """m = 0 decides exactly as the policy without it; with m > 0 the average follows each row of a right-padded
+    batch (padding entries come and go), so replaying two traces of unequal length together gives each one's CE
+    alone."""
+    model, tok = get_model("tiny-llama")
+    sc = _scorer(model)
+    kw = dict(budget=B, interval=W, max_new_tokens=30, stop_on_eos=False)
+    a = foresight.generate(model, tok, ["Hello there"], policy=make_policy("learned", scorer=sc), **kw)
+    b = foresight.generate(model, tok, ["Hello there"], policy=make_policy("learned", scorer=sc, score_momentum=0.0),
+                           **kw)
+    assert a.token_ids == b.token_ids
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(0, 100, (n,), generator=g).tolist() for n in (57, 41)]
+
+    def run(batch):
+        pol = make_policy("learned", scorer=sc, score_momentum=0.5)
+        return foresight.replay(model, batch, policy=pol, budget=B, interval=W).ce
+
+    together = run(seqs)
+    for r, s in enumerate(seqs):
+        alone = run([s])[0]
+        torch.testing.assert_close(together[r, : len(s) - 1], alone[: len(s) - 1], atol=1e-4, rtol=0)
+    assert torch.isfinite(together[1, :40]).all()
+    plain = foresight.replay(model, [seqs[0]], policy=make_policy("learned", scorer=sc), budget=B, interval=W).ce
+    assert not torch.allclose(plain[0], run([seqs[0]])[0])  # the average changed some decision
+
+
 def test_shipped_scorer_loads_by_short_name(tmp_path, monkeypatch):
     import foresight.scorer as scorer_mod
 

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
-from foresight.policies.base import EvictionPolicy, check_range, check_seed
+from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction
 from foresight.scorer import Scorer
@@ -43,6 +43,12 @@ class LearnedPolicy(EvictionPolicy):
     newcomer_bonus
         Added to the scores of the candidates that were the protected newest ``W`` at the previous event (the
         entries judged for the first time, on the least evidence); 0 (default) leaves the scores as trained.
+    score_momentum
+        ``m`` in [0, 1): an entry scored at earlier events is judged on the exponential moving average
+        ``m * previous + (1 - m) * score`` of its scores, so one low score at one event does not evict it for good
+        (an entry judged for the first time uses its score); 0 (default) judges every event's score alone.
+        The average is kept per (layer, KV head, entry) and follows the cache through every eviction; the
+        newcomer bonus is added after it and never stored.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -57,10 +63,12 @@ class LearnedPolicy(EvictionPolicy):
     temperature: float | None = None
     seed: int = 0
     newcomer_bonus: float = 0.0
+    score_momentum: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
     _gen: Any = field(default=None, init=False, repr=False)
+    _memory: EntryState = field(default_factory=EntryState, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -72,6 +80,9 @@ class LearnedPolicy(EvictionPolicy):
                 raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
                                  f"{self.selection}; drop it or add selection=sample")
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
+        check_range("score_momentum", self.score_momentum, 0.0)
+        if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
+            raise ValueError(f"score_momentum must be in [0, 1), got {self.score_momentum}")
         check_seed(self.seed)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
@@ -122,6 +133,7 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer.check_shape(num_layers, num_groups=num_groups)
         self._scorer.to(device)
         self._extractor.reset(num_layers, num_groups)
+        self._memory.reset(num_layers)
         self._gen = torch.Generator().manual_seed(self.seed)
 
     def observe(self, view: StepView) -> None:
@@ -145,11 +157,24 @@ class LearnedPolicy(EvictionPolicy):
                 f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
                 "feature_mean/feature_std, or retrain it)"
             )
+        if self.score_momentum:
+            scores = self._smoothed(view, scores)
         if self.newcomer_bonus:
             first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
             scores = scores.clone()
             scores[..., first_judged:] += self.newcomer_bonus
         return scores
+
+    def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
+        """``scores`` averaged with each candidate's earlier average (kept in ``_memory``, NaN = never scored)."""
+        m, c = self.score_momentum, view.num_candidates
+        past = self._memory.extend(view.layer_idx, "score", view.keys.shape[2], float("nan"), like=scores)
+        before = past[..., :c]
+        out = torch.where(torch.isnan(before), scores, m * before + (1.0 - m) * scores)
+        past = past.clone()
+        past[..., :c] = out
+        self._memory.set(view.layer_idx, "score", past)
+        return out
 
     def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:
         """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
@@ -162,3 +187,4 @@ class LearnedPolicy(EvictionPolicy):
 
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)
+        self._memory.gather(layer_idx, keep)
