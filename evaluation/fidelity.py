@@ -52,17 +52,14 @@ class _Accumulator:
     agree: float = 0.0
     tokens: int = 0
     kl_tokens: int = 0
-    per_trace_delta: list[float] = field(default_factory=list)
+    per_trace_delta: list[tuple[float, int]] = field(default_factory=list)  # (summed ΔCE, scored positions)
     per_trace_ratio: dict[str, float] = field(default_factory=dict)
 
     def record(self, policy: str, budget: int, interval: int, extra: dict) -> dict:
         n = self.tokens
         nan = float("nan")
         deltas = self.per_trace_delta
-        se = nan
-        if len(deltas) > 1:
-            mean = sum(deltas) / len(deltas)
-            se = math.sqrt(sum((d - mean) ** 2 for d in deltas) / (len(deltas) - 1) / len(deltas))
+        se = pooled_delta_se(deltas)
         return {
             "policy": policy,
             "budget": budget,
@@ -81,6 +78,17 @@ class _Accumulator:
             "per_trace_ratio": dict(self.per_trace_ratio),
             **extra,
         }
+
+
+def pooled_delta_se(rows: Sequence[tuple[float, int]]) -> float:
+    """Standard error of the pooled ΔCE ``sum(d) / sum(n)`` over traces ``(d, n)`` (summed ΔCE, scored positions):
+    the ratio estimator's linearised (cluster) SE, ``sqrt(k/(k-1) * sum((d - r*n)^2)) / sum(n)``, so a long trace
+    weighs in the error as it does in the number; NaN for fewer than two traces."""
+    k, total = len(rows), sum(n for _, n in rows)
+    if k < 2 or total <= 0:
+        return float("nan")
+    r = sum(d for d, _ in rows) / total
+    return math.sqrt(k / (k - 1) * sum((d - r * n) ** 2 for d, n in rows)) / total
 
 
 def default_factory(policy_kwargs: dict[str, dict] | None = None) -> PolicyFactory:
@@ -198,7 +206,7 @@ def evaluate_fidelity(
     -------
     list of dict
         One record per (policy, budget) with the fields of :data:`FIELDS` plus ``ce``, ``ce_full``,
-        ``delta_ce_se`` (standard error of the per-trace mean ΔCE), ``traces``, ``per_trace_ratio``
+        ``delta_ce_se`` (standard error of the pooled ΔCE over traces, :func:`pooled_delta_se`), ``traces``, ``per_trace_ratio``
         (``{trace_id: loss ratio of that trace}``), ``mean_trace_ratio`` (their mean), ``mean_trace_len``,
         ``budget_frac`` (budget / mean trace length) and the policy's hyperparameters ``policy_config``.
     """
@@ -342,7 +350,7 @@ def _add_batch(acc: dict[tuple[str, int], _Accumulator], batch: dict) -> None:
             a.ce += ce_r
             a.ce_full += cf_r
             a.tokens += cnt
-            a.per_trace_delta.append((ce_r - cf_r) / cnt)
+            a.per_trace_delta.append((ce_r - cf_r, cnt))
             a.per_trace_ratio[tid] = ce_r / cf_r if cf_r > 0 else float("nan")
         a.kl += part["kl"]
         a.agree += part["agree"]
@@ -356,4 +364,4 @@ def _jsonable(cfg: dict) -> dict:
     return out
 
 
-__all__ = ["FIELDS", "PolicyFactory", "ReferenceLogProbs", "default_factory", "evaluate_fidelity", "kl_and_agreement"]
+__all__ = ["FIELDS", "PolicyFactory", "ReferenceLogProbs", "default_factory", "evaluate_fidelity", "kl_and_agreement", "pooled_delta_se"]

@@ -62,7 +62,7 @@ def fidelity_markdown(records: Sequence[dict], title: str = "Fidelity", notes: S
                  + f"; mean trace length = {_fmt(mean_len, 1)} tokens")
     lines += [
         "- metrics pooled over every position ≥ B + W (predictions made after the first eviction); best policy "
-        "first within each budget (lowest loss ratio). ΔCE is ± the standard error over traces.",
+        "first within each budget (lowest loss ratio). ΔCE (pooled over tokens) is ± its standard error over traces (each weighed by its scored tokens).",
         "",
         fidelity_table(records),
         "",

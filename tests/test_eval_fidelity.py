@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from evaluation.fidelity import FIELDS, evaluate_fidelity
+from evaluation.fidelity import FIELDS, evaluate_fidelity, pooled_delta_se
 from foresight.errors import ForesightError
 from foresight.cli import main
 from tests.conftest import Killed, kill_while_writing, save_random_traces
@@ -557,3 +557,16 @@ def test_a_run_killed_while_writing_its_results_resumes(trace_dir, tmp_path, mon
     assert not (out / "fidelity.partial.jsonl").exists()
     full = json.loads((tmp_path / "full" / "fidelity.json").read_text())
     assert json.loads((out / "fidelity.json").read_text()) == full
+
+
+def test_delta_ce_se_is_the_pooled_ratio_estimators_error():
+    """ΔCE is pooled over tokens, so its error weighs each trace by its scored tokens: a hand-computed example, and
+    traces of equal length give the plain standard error of the per-trace means."""
+    # r = 2/100; residuals 2 - 0.2 and 0 - 1.8; sqrt(2/1 * 2 * 1.8^2) / 100 (the per-trace-mean SE would be 0.1)
+    assert pooled_delta_se([(2.0, 10), (0.0, 90)]) == pytest.approx(0.036)
+    rows = [(1.0, 50), (3.0, 50), (-0.5, 50), (2.0, 50)]
+    means = [d / n for d, n in rows]
+    m = sum(means) / len(means)
+    plain = (sum((x - m) ** 2 for x in means) / (len(means) - 1) / len(means)) ** 0.5
+    assert pooled_delta_se(rows) == pytest.approx(plain)
+    assert math.isnan(pooled_delta_se([(1.0, 10)]))
