@@ -195,14 +195,18 @@ class Scorer(nn.Module):
     # -- ensembles ---------------------------------------------------------------------------------------------
     @classmethod
     @torch.no_grad()
-    def average(cls, scorers: "list[Scorer]", provenance: dict | None = None) -> "Scorer":
+    def average(cls, scorers: "list[Scorer]", provenance: dict | None = None, temperature: float | None = None,
+                fix: str = "pass temperature=T") -> "Scorer":
         """One scorer whose keep score is the mean of ``scorers``' scores, exactly (a seed/bagging ensemble as a
         single network, so the policy and every tool take it as they take any scorer).
 
         Each member's standardisation is folded into its first layer (``W1 / std``, ``b1 - W1 · mean / std``), the
         hidden units are concatenated (width = sum of the members') and the output weights divided by the number
         of members; the result standardises nothing (mean 0, std 1). Members must share the model, B, W, the
-        feature set and the decay, and agree on the temperature where they record one. Provenance keys of
+        feature set and the decay. The ensemble's ``selection=sample`` temperature is ``temperature`` where given;
+        otherwise the members must record the same one (or all none): members that differ (a recorded temperature
+        beside another or beside none, which samples at 1) are refused, naming each member's, with ``fix`` as the
+        way out, rather than the ensemble sampling at one member's temperature nobody chose. Provenance keys of
         ``AVERAGE_SHARED_PROVENANCE`` that every member records with the same value (their traces, labels and
         train/held-out split) are carried over, so the ensemble still names the problems it never trained on.
         """
@@ -216,9 +220,14 @@ class Scorer(nn.Module):
             if diff:
                 raise ForesightError(f"average: scorer {s.source or '(in memory)'} differs from "
                                      f"{scorers[0].source or '(in memory)'} in {', '.join(diff)}")
-        temps = {s.config.temperature for s in scorers} - {None}
-        if len(temps) > 1:
-            raise ForesightError(f"average: the scorers record different temperatures {sorted(temps)}")
+        if temperature is None:
+            temps = [s.config.temperature for s in scorers]
+            if len({None if t is None else float(t) for t in temps}) > 1:
+                each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if t is None else f'{float(t):g}'}"
+                                 for i, (s, t) in enumerate(zip(scorers, temps)))
+                raise ForesightError(f"average: the scorers record different temperatures ({each}); choose the "
+                                     f"ensemble's explicitly ({fix})")
+            temperature = temps[0]
         provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
         for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
             values = [(s.config.provenance or {}).get(key) for s in scorers]
@@ -226,7 +235,7 @@ class Scorer(nn.Module):
                 provenance.setdefault(key, values[0])
         config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
                               hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=next(iter(temps), None), provenance=provenance)
+                              temperature=temperature, provenance=provenance)
         out = cls(config, seed=None)
         n = len(scorers)
         w1 = [s.w1 / s.feature_std[..., None] for s in scorers]

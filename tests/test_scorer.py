@@ -512,9 +512,17 @@ def test_average_scores_the_mean_of_its_members_exactly():
     hot.config.temperature = 0.01
     cold = _scorer(model, seed=4)
     cold.config.temperature = 0.003
-    with pytest.raises(ForesightError, match="temperatures"):
+    with pytest.raises(ForesightError, match=r"different temperatures \(\(in memory #0\): 0.01, \(in memory #1\): "
+                                             r"0.003\); .*temperature="):
         Scorer.average([hot, cold])
-    assert Scorer.average([hot, members[0]]).config.temperature == 0.01
+    # one recorded beside none (which samples at 1) kept the recorded one: a temperature nobody chose for the mean
+    with pytest.raises(ForesightError, match=r"#0\): 0.01, \(in memory #1\): none\)"):
+        Scorer.average([hot, members[0]])
+    assert Scorer.average([hot, cold], temperature=0.005).config.temperature == 0.005  # chosen explicitly
+    assert Scorer.average([hot, members[0]], temperature=1.0).config.temperature == 1.0
+    cold.config.temperature = 0.01
+    assert Scorer.average([hot, cold]).config.temperature == 0.01  # equal ones are kept
+    assert Scorer.average(members[:2]).config.temperature is None
     # the members' shared training data stays in the provenance (the held-out split names the validation problems)
     for i, m in enumerate(members):
         m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}

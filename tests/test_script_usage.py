@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -178,6 +179,42 @@ def test_an_output_dir_under_a_file_is_refused_before_the_work(tmp_path):
     mod = load_script("average_scorers.py", "usage_average_scorers_out")
     with pytest.raises(ForesightError, match=f"--out {afile / 'sub'}: {afile} is not a directory"):
         mod.main(["missing-a", "missing-b", "--out", str(afile / "sub")])  # refused before the members are read
+
+
+def test_average_scorers_refuses_members_of_different_temperatures_unless_one_is_chosen(tmp_path, monkeypatch, capsys):
+    """Members recording different sampling temperatures (0.5 and 2, or 0.5 beside none) were averaged into a
+    scorer that sampled at the first recorded one, a temperature nobody chose for the ensemble: refused in one line
+    naming each member's temperature (exit 2), unless --temperature chooses it; equal ones are kept."""
+    from foresight.scorer import Scorer, ScorerConfig
+
+    fp = {"model": "fake", "num_layers": 2, "num_kv_heads": 1, "num_heads": 2, "head_dim": 8}
+    dirs = {}
+    for name, temp in (("hot", 0.5), ("cold", 2.0), ("plain", None), ("hot2", 0.5)):
+        Scorer(ScorerConfig(fp, budget=16, interval=4, hidden=4, temperature=temp), seed=0).save_pretrained(
+            tmp_path / name)
+        dirs[name] = str(tmp_path / name)
+    mod = load_script("average_scorers.py", "usage_average_scorers_temperature")
+    for a, b, want in (("hot", "cold", "0.5.*2"), ("hot", "plain", "0.5.*none"), ("plain", "hot", "none.*0.5")):
+        monkeypatch.setattr(sys, "argv", ["average_scorers.py", dirs[a], dirs[b], "--out", str(tmp_path / "avg")])
+        with pytest.raises(SystemExit) as exc:
+            mod.run_script(mod.main, "average_scorers")
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and err.count("\n") == 1, err
+        assert f"{dirs[a]}: " in err and f"{dirs[b]}: " in err and "--temperature" in err, err
+        assert re.search(f"different temperatures \\(.*{want}", err), err
+        assert not (tmp_path / "avg").exists()
+    assert mod.main([dirs["hot"], dirs["cold"], "--out", str(tmp_path / "chosen"), "--temperature", "0.8"]) == 0
+    cfg = json.loads((tmp_path / "chosen" / "config.json").read_text())
+    assert cfg["temperature"] == 0.8 and cfg["provenance"]["temperature_chosen"] == "--temperature"
+    assert [m["temperature"] for m in cfg["provenance"]["average_of"]] == [0.5, 2.0]
+    assert mod.main([dirs["hot"], dirs["hot2"], "--out", str(tmp_path / "same")]) == 0
+    assert json.loads((tmp_path / "same" / "config.json").read_text())["temperature"] == 0.5
+    assert mod.main([dirs["plain"], dirs["plain"], "--out", str(tmp_path / "none")]) == 0
+    assert json.loads((tmp_path / "none" / "config.json").read_text())["temperature"] is None
+    for bad in ("0", "-1", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            mod.main([dirs["hot"], dirs["cold"], "--out", str(tmp_path / "bad"), "--temperature", bad])
+        assert exc.value.code == 2
 
 
 def test_every_device_option_of_a_script_is_checked_when_parsed():
