@@ -36,7 +36,7 @@ from foresight.generation import eos_token_ids, generate
 from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
 from golden.sharding import atomic_write_text
-from golden.traces import trace_seed
+from golden.traces import check_greedy_samples, trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"
 #: Settings that change what a sample is; a resumed run must agree on them.
@@ -157,6 +157,7 @@ def run_accuracy(
     """
     if samples <= 0 or batch_size <= 0:
         raise ForesightError("--samples and --batch-size must be positive")
+    check_greedy_samples(samples, settings["temperature"], ("--samples ", "--temperature "), "answer")
     if not 0 <= rank < world_size:
         raise ForesightError(f"RANK={rank} is outside WORLD_SIZE={world_size}")
     require_cache(policy, settings["budget"], settings["interval"])  # before anything is written

@@ -210,10 +210,22 @@ def check_sampling(*, samples: int, max_new_tokens: int, temperature: float, top
             raise ForesightError(f"{key} must be an integer >= 1, got {value!r}")
     if not temperature >= 0:
         raise ForesightError(f"temperature must be >= 0 (0 decodes greedily), got {temperature}")
+    check_greedy_samples(samples, temperature)
     if not 0 < top_p <= 1:
         raise ForesightError(f"top_p must be in (0, 1], got {top_p}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ForesightError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
+
+
+def check_greedy_samples(samples: int, temperature: float, flags: tuple[str, str] = ("samples=", "temperature="),
+                         what: str = "trace") -> None:
+    """Refuse several samples per problem at temperature 0: greedy decoding makes them identical copies, which would
+    be counted (pass@1, accuracy, trace sets) as independent samples. ``flags`` name the two settings as the caller
+    spells them (``("--samples ", "--temperature ")`` on the command line)."""
+    if temperature == 0 and samples > 1:
+        n, t = flags
+        raise ForesightError(f"{n}{samples} with {t}0: greedy decoding makes the {samples} samples of each problem "
+                             f"identical copies of one {what}, counted as {samples}; pass {n}1, or {t}T > 0 to sample")
 
 
 def _check_problems(out: Path, name: str, unit) -> None:

@@ -26,7 +26,7 @@ def data(tmp_path):
 
 def _run(data, out, *extra):
     argv = ["eval", "aime", "--model", "tiny-llama", "--data", str(data), "--policy", "streaming_llm", "--budget", "48",
-            "--interval", "8", "--samples", "2", "--temperature", "0", "--max-new-tokens", "24",
+            "--interval", "8", "--samples", "2", "--temperature", "0.8", "--max-new-tokens", "24",
             "--batch-size", "2", "--out", str(out), "--quiet", *extra]
     return main(argv)
 
@@ -51,12 +51,38 @@ def test_summary_and_records(data, tmp_path, capsys):
     assert 0 <= s["pass@1"] <= 1 and set(s["per_problem"]) == {"a", "b", "c"}
     assert s["peak_kv_entries"] >= 48 and s["tokens_per_s"] > 0
     assert s["settings"]["policy"] == "streaming_llm" and s["settings"]["budget"] == 48
-    # --temperature 0 without --top-p / --top-k records the defaults, as before they were checked (resume compares)
+    # no --top-p / --top-k records the defaults (resume compares)
     assert (s["settings"]["top_p"], s["settings"]["top_k"]) == (0.95, 20)
     recs = read_records(out)
     assert {(r["problem_id"], r["sample"]) for r in recs} == {(p["id"], i) for p in PROBLEMS for i in range(2)}
     assert all(set(r) >= {"extracted", "correct", "generated_tokens", "peak_kv_entries"} for r in recs)
     assert "pass@1" in capsys.readouterr().out
+
+
+def test_greedy_samples_are_refused_before_the_model_loads(data, tmp_path, capsys, monkeypatch):
+    """--temperature 0 --samples 2 generated two identical greedy answers per problem and counted them as two
+    samples in pass@1 (and per-problem accuracy): one line, exit 2, before the model loads or --out is made."""
+    import foresight
+    from evaluation.accuracy import run_accuracy
+    from foresight.errors import ForesightError
+
+    out = tmp_path / "greedy"
+    with monkeypatch.context() as m:
+        m.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+        for samples in ("2", "5"):
+            assert _run(data, out, "--temperature", "0", "--samples", samples) == 2
+            err = capsys.readouterr().err
+            assert len(err.strip().splitlines()) == 1, err
+            assert f"--samples {samples} with --temperature 0" in err and "identical" in err, err
+            assert not out.exists()
+        with pytest.raises(ForesightError, match="--samples 3 with --temperature 0"):  # the library, too
+            run_accuracy(None, None, [], out, policy=None, settings={"temperature": 0}, samples=3)
+        assert not out.exists()
+    # one greedy sample, and several sampled ones, are fine; greedy records the default filters (resume compares)
+    assert _run(data, out, "--temperature", "0", "--samples", "1", "--limit", "1") == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["samples"] == 1 and (s["settings"]["temperature"], s["settings"]["top_p"], s["settings"]["top_k"]) \
+        == (0, 0.95, 20)
 
 
 def test_kill_and_resume_gives_the_same_summary(data, tmp_path):

@@ -166,6 +166,28 @@ def test_first_sample_adds_the_next_samples_of_a_set(tmp_path):
     assert not (tmp_path / "bad").exists()
 
 
+def test_greedy_traces_of_several_samples_are_refused(tmp_path, monkeypatch, capsys):
+    """temperature 0 with samples > 1 wrote identical greedy copies of each trace under distinct ids (problem#0,
+    problem#1, ...), counted as independent samples: refused (one line, exit 2) before the model loads."""
+    import foresight
+
+    with monkeypatch.context() as m:
+        m.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+        rc = cli_main(["trace", "--model", "tiny-llama", "--data", "synthetic", "--limit", "2", "--samples", "3",
+                       "--temperature", "0", "--out", str(tmp_path / "cli"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--samples 3 with --temperature 0" in err and "identical" in err, err
+        assert not (tmp_path / "cli").exists()
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=2)
+    with pytest.raises(ForesightError, match="samples=2 with temperature=0"):  # the library, too
+        generate_traces(model, tok, problems, tmp_path / "lib", seed=0, **dict(SETTINGS, temperature=0))
+    assert not (tmp_path / "lib").exists()
+    greedy = dict(SETTINGS, temperature=0, samples=1, max_new_tokens=4)  # one greedy trace per problem is fine
+    assert len(load_traces(generate_traces(model, tok, problems, tmp_path / "one", seed=0, **greedy))) == 2
+
+
 def test_traces_rank_sharding_merges_deterministically(tmp_path, monkeypatch):
     model, tok = get_model("tiny-llama")
     problems = load_problems("synthetic", limit=4)

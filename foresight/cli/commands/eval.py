@@ -234,8 +234,10 @@ def run_aime(args) -> int:
     from foresight.runtime import CacheConfig
     from foresight.scorer import scorer_sha256
     from golden.sharding import rank_world
+    from golden.traces import check_greedy_samples
 
     fill_sampling_filters(args, top_p=AIME_TOP_P, top_k=AIME_TOP_K)
+    check_greedy_samples(args.samples, args.temperature, ("--samples ", "--temperature "), "answer")
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
     kwargs = policy_kwargs(args)[args.policy]

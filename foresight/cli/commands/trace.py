@@ -46,9 +46,10 @@ def run(args) -> int:
     from foresight.data import load_problems
     from foresight.prompts import load_template
     from golden.sharding import rank_world
-    from golden.traces import generate_traces, load_traces, trace_progress
+    from golden.traces import check_greedy_samples, generate_traces, load_traces, trace_progress
 
     fill_sampling_filters(args, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
+    check_greedy_samples(args.samples, args.temperature, ("--samples ", "--temperature "))  # before the model loads
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
