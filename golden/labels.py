@@ -33,12 +33,11 @@ from typing import Iterable, Mapping
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.models import model_fingerprint
-from golden.sharding import check_shard, read_plan, recorded_digest, shard_path
+from golden.sharding import check_shard, read_plan, recorded_digest, save_safetensors, shard_path
 
 FORMAT = "foresight-golden-labels/3"
 #: Readable formats without the per-position foresight values (DAgger refuses them, nothing else needs them).
@@ -162,10 +161,9 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
         "budget": str(first.budget),
         "interval": str(first.interval),
         "trace_ids": json.dumps([lab.trace_id for lab in labels]),
-        "token_hashes": json.dumps({lab.trace_id: lab.token_hash for lab in labels}),
+        "token_hashes": json.dumps({lab.trace_id: lab.token_hash for lab in labels}, sort_keys=True),
     }
-    save_file(tensors, str(path), metadata=meta)
-    return Path(path)
+    return save_safetensors(tensors, path, meta)  # the header's keys sorted: identical runs give identical bytes
 
 
 def read_label_file(path: str | Path) -> dict[str, TraceLabels]:
