@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -42,6 +45,24 @@ def kill_while_writing(monkeypatch, name_part: str) -> None:
         return write_text(self, text, *a, **k)
 
     monkeypatch.setattr(Path, "write_text", killed)
+
+
+@contextlib.contextmanager
+def run_in_progress(out_dir: Path):
+    """Another process holds ``out_dir``'s run lock (:mod:`training.run_lock`: a training run on it in progress); it
+    is killed (-9) on exit, as a run that dies."""
+    from training.run_lock import lock_path
+
+    code = ("import sys; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
+            "print('held', flush=True); sys.stdin.read()")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(lock_path(out_dir))], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
 
 
 def get_model(name: str):

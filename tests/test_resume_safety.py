@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from foresight.errors import ForesightError
+from tests.conftest import run_in_progress
 from tests.test_grpo_train import tiny_grpo  # noqa: F401  (a fixture)
 from tests.test_sl import B, REPO, W, _cfg, _make_data
 from training import checkpoint as ckpt
@@ -259,6 +260,86 @@ def test_damaged_checkpoint_file_is_named(stopped, tiny_data, tmp_path):
     victim.write_bytes(victim.read_bytes()[:-5])
     with pytest.raises(ForesightError, match=re.escape(str(victim)) + ".*damaged"):
         run_sl(_cfg(tiny_data, out, checkpoint_every=4), resume=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run per out_dir (training/run_lock.py)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _lock_is_free(out: Path) -> bool:
+    from filelock import FileLock, Timeout
+
+    from training.run_lock import lock_path
+
+    lock = FileLock(str(lock_path(out)), blocking=False)
+    try:
+        lock.acquire()
+    except Timeout:
+        return False
+    lock.release()
+    return True
+
+
+@pytest.mark.parametrize("extra", [[], ["--resume"], ["dagger_rounds=1"]])
+def test_a_second_run_on_an_out_dir_in_use_is_refused_at_once(stopped, tiny_data, tmp_path, capsys, monkeypatch,
+                                                              extra):
+    """Two runs on one out_dir collided on its checkpoint temporaries (exit 1 in `.tmp-step_N`): the second is
+    refused, one line naming the out_dir, before the model loads and without writing anything."""
+    from foresight.cli import main
+
+    out = _copy(stopped, tmp_path / "run") if extra == ["--resume"] else tmp_path / "run"
+    before = _files(out) if out.exists() else None
+    _no_model_load(monkeypatch)
+    with run_in_progress(out):
+        assert main(_cli(tiny_data, out, *extra)) == 2
+    err = _one_line_error(capsys)
+    assert f"out_dir {out} is in use by another training run" in err, err
+    assert (_files(out) if out.exists() else None) == before
+    assert not (tmp_path / "features").exists()  # refused before the data preparation
+
+
+def test_the_lock_is_released_when_a_run_ends_or_dies(tiny_data, tmp_path, monkeypatch):
+    """Held from start to end; free again after a time slice, a crash and the final run, and after its holder is
+    killed (the operating system releases it): each next run on the out_dir goes on."""
+    from foresight.cli import main
+    from training.loop import StepSampler
+
+    out = tmp_path / "run"
+    with run_in_progress(out):
+        pass  # killed: a run that died
+    seen = []
+    batch = StepSampler.batch
+
+    def spy(self, step, rank):
+        seen.append(_lock_is_free(out))
+        if step == 5:
+            raise RuntimeError("crash")
+        return batch(self, step, rank)
+
+    monkeypatch.setattr(StepSampler, "batch", spy)
+    assert main(_cli(tiny_data, out, "max_steps_per_run=4")) == 0
+    assert _lock_is_free(out) and seen == [False] * 4  # held by the run, released at its end
+    assert main(_cli(tiny_data, out, "--resume")) == 1  # the crash at step 6: an internal error
+    assert _lock_is_free(out)
+    monkeypatch.setattr(StepSampler, "batch", batch)
+    assert main(_cli(tiny_data, out, "--resume")) == 0
+    assert json.loads((out / "summary.json").read_text())["finished"] and _lock_is_free(out)
+
+
+def test_only_rank_0_takes_the_lock_and_it_is_reentrant(tmp_path):
+    """The ranks of one run share its out_dir: a rank other than 0 never contends for the lock (rank 0 answers for
+    the run); a process that holds it may enter again (run_sl around run_task)."""
+    from training.distributed import DistInfo
+    from training.run_lock import locked_out_dir
+
+    out = tmp_path / "run"
+    with run_in_progress(out), locked_out_dir(out, DistInfo(1, 2, 1, torch.device("cpu"))):
+        pass
+    rank0 = DistInfo(0, 1, 0, torch.device("cpu"))
+    with locked_out_dir(out, rank0), locked_out_dir(tmp_path / "." / "run", rank0):
+        assert not _lock_is_free(out)
+    assert _lock_is_free(out) and not out.exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import torch
 
 import foresight
 from foresight.errors import ForesightError
+from tests.conftest import run_in_progress
 from training.loop import StepSampler, TrainerConfig, lr_lambda
 from training.ranking import evict_overlap, pairwise_hinge_loss, ranking_metrics
 from training.sl_config import SLConfig
@@ -374,6 +375,11 @@ def test_two_rank_cpu_deepspeed_run_writes_one_checkpoint(tiny_data, tmp_path):
            "steps=4", "micro_batch=2", "warmup_steps=1", "checkpoint_every=4", "log_every=2", "eval_every=0",
            "eval_fidelity=false", f"out_dir={out}", "device=cpu",
            f"deepspeed={REPO / 'configs' / 'deepspeed' / 'zero0.json'}"]
+    with run_in_progress(out):  # another run on out_dir: both ranks refuse at once (rank 0 alone takes the lock)
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and proc.stderr.count(f"error: out_dir {out} is in use by another training run") == 2, \
+        proc.stderr[-3000:]
+    assert not out.exists()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ck = out / "checkpoints"

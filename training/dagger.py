@@ -62,6 +62,7 @@ from training.event_files import (check_free_space, concat_events, events_bytes,
                                   repack_events, save_events, saved_metadata)
 from training.onpolicy import ROWS_FORMAT, collect_onpolicy_events
 from training.packed_events import PACKED_LAYOUT
+from training.run_lock import locked_out_dir
 from training.settings_check import check_settings, plain
 
 ROUNDS = "rounds"
@@ -262,8 +263,14 @@ def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, A
     (:class:`~training.sl.SLData`: a resume is checked against its digests before the model loads);
     ``make_task(dist, cfg, data)`` builds the :class:`~training.sl.SLTask` on it (round 0's rows, frozen model;
     ``init_scorer()`` builds a fresh scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so
-    this module sits below it."""
+    this module sits below it. The whole run holds ``out_dir``'s lock (:func:`training.run_lock.locked_out_dir`)."""
     dist = init_distributed(cfg.device)
+    with locked_out_dir(cfg.out_dir, dist):
+        return _run_dagger(cfg, dist, load_data, make_task, resume)
+
+
+def _run_dagger(cfg, dist, load_data, make_task, resume: bool) -> dict[str, Any]:
+    """:func:`run_dagger` under the lock."""
     out = Path(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
                                world_size=dist.world_size)

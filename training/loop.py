@@ -31,6 +31,7 @@ from foresight import load_model
 from training import checkpoint as ckpt
 from training.distributed import DistInfo, all_reduce, barrier, build_engine, init_distributed, load_ds_config
 from training.logging import MetricsLogger
+from training.run_lock import locked_out_dir
 from training.settings_check import check_settings
 from training.trainer_config import TrainerConfig, lr_lambda, resume_settings
 
@@ -267,9 +268,17 @@ def run_task(cfg: TrainerConfig, load_data: Callable[[TrainerConfig], TaskData],
 
     ``load_data(cfg)`` loads the split without the model; ``make_task(dist, data)`` builds the task on it (with
     ``train_rows``/``val_rows``); ``describe(task)`` is printed once; ``before_train(task, logger)`` may evaluate the
-    initial model (rank 0) and returns what goes into the summary as ``eval_before``.
+    initial model (rank 0) and returns what goes into the summary as ``eval_before``. The whole run holds
+    ``out_dir``'s lock (:func:`training.run_lock.locked_out_dir`): a second run on it is refused at once.
     """
     dist = init_distributed(cfg.device)
+    with locked_out_dir(cfg.out_dir, dist):
+        return _run_task(cfg, dist, load_data, make_task, resume, describe, before_train)
+
+
+def _run_task(cfg: TrainerConfig, dist: DistInfo, load_data, make_task, resume: bool, describe,
+              before_train) -> dict[str, Any]:
+    """:func:`run_task` under the lock."""
     check_out_dir(cfg, dist, resume)  # fail fast, before the (possibly long) data preparation
     data = load_data(cfg)
     if resume:  # the data's digests too: a refused resume loads no model and writes nothing

@@ -39,10 +39,12 @@ from golden.labels import check_label_tokens, check_labels_match, load_labels, m
 from golden.traces import load_traces
 from training.dagger import refuse_fresh, run_dagger
 from training.digests import digest, digest_rows
+from training.distributed import init_distributed
 from training.loop import run_task, task_model
 from training.provenance import split_problems, stamp
 from training.ranking import pairwise_hinge_loss, ranking_metrics
 from training.registry import register_trainer
+from training.run_lock import locked_out_dir
 from training.sl_config import SLConfig
 from training.sl_features import FeatureCache
 
@@ -197,16 +199,18 @@ class SLTask:
 @register_trainer("sl", SLConfig, help="distil golden labels into the scorer (pairwise ranking hinge)")
 def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
-    ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`)."""
-    if not resume:  # either kind of earlier run, before anything loads (plain: rounds/ too, not only checkpoints)
-        refuse_fresh(Path(cfg.out_dir))
-    if cfg.dagger_rounds:
-        return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
-                          resume=resume)
+    ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`). ``out_dir``'s lock is taken
+    first (:func:`training.run_lock.locked_out_dir`), so a second run on it hears that it is in use."""
+    with locked_out_dir(cfg.out_dir, init_distributed(cfg.device)):
+        if not resume:  # either kind of earlier run, before anything loads (plain: rounds/ too, not only checkpoints)
+            refuse_fresh(Path(cfg.out_dir))
+        if cfg.dagger_rounds:
+            return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
+                              resume=resume)
 
-    return run_task(
-        cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
-        describe=lambda task: (f"{len(task.train_rows)} train traces ({task.num_items()} events), "
-                               f"{len(task.val_rows)} held-out traces; scorer input dim "
-                               f"{task.scorer_config.input_dim}"),
-    )
+        return run_task(
+            cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
+            describe=lambda task: (f"{len(task.train_rows)} train traces ({task.num_items()} events), "
+                                   f"{len(task.val_rows)} held-out traces; scorer input dim "
+                                   f"{task.scorer_config.input_dim}"),
+        )
