@@ -15,8 +15,12 @@ hidden size, provenance) and ``model.safetensors``.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import secrets
+import shutil
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -37,6 +41,47 @@ WEIGHTS_NAME = "model.safetensors"
 SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
 # provenance an average (Scorer.average) keeps where all its members agree: the data they were trained on
 AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces")
+
+
+def _link_copy(src: Path, dst: Path) -> None:
+    """``src`` (a file, a symlink or a directory tree) at ``dst`` as hard links where the filesystem allows, else
+    as a copy: an existing scorer directory's other files, carried into its replacement."""
+    def link(a, b):
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    elif src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, copy_function=link)
+    else:
+        link(src, dst)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Put the complete directory ``tmp`` at ``target`` by renames (same filesystem); an existing ``target`` is moved
+    aside first (put back if the second rename fails) and deleted once the new one is in place."""
+    if not target.exists():
+        os.replace(tmp, target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def shipped_scorers() -> dict[str, Path]:
@@ -285,12 +330,32 @@ class Scorer(nn.Module):
         return directory
 
     def save_pretrained(self, directory: str | Path) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory``."""
-        directory = self.save_config(directory)
-        state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
-        # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either order
-        # and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)
-        save_file(state, str(directory / WEIGHTS_NAME), metadata={"format": "pt"})
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``, atomically: both go into a hidden
+        temporary sibling, which then takes ``directory``'s place by renames, so an error or a kill never leaves a
+        torn scorer (an existing ``directory`` stays whole until the new one is complete; its other files are kept).
+        A kill may leave a ``.<name>.tmp-*`` sibling behind, which is safe to delete."""
+        directory = Path(directory)
+        target = directory.resolve()  # through a symlink, as writing into it did
+        if target.exists() and not target.is_dir():
+            raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(directory))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        tmp.mkdir()
+        try:
+            for entry in target.iterdir() if target.is_dir() else ():
+                if entry.name not in (CONFIG_NAME, WEIGHTS_NAME):
+                    _link_copy(entry, tmp / entry.name)
+            self.save_config(tmp)
+            state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
+            # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either
+            # order and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)
+            save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            for name in (CONFIG_NAME, WEIGHTS_NAME):
+                _fsync(tmp / name)
+            _replace_dir(tmp, target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
         return directory
 
     @classmethod

@@ -77,6 +77,60 @@ def test_saving_the_same_weights_gives_the_same_bytes(tmp_path):
     assert len(digests) == 1
 
 
+def _tree(path) -> dict[str, bytes]:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_save_is_atomic_a_failure_in_the_write_leaves_no_torn_scorer(tmp_path, monkeypatch):
+    """A kill or an error in the middle of save_pretrained left config.json of one scorer beside no (or a torn)
+    model.safetensors: a later load refused it, or paired an old config with new weights. Now the folder is either
+    the earlier one, whole, or the new one; no temporary is left after an error."""
+    import foresight.scorer as scorer_mod
+    from tests.conftest import Killed, kill_while_writing
+
+    model, _ = get_model("tiny-llama")
+    old, new = _scorer(model, seed=1), _scorer(model, seed=2, hidden=4)
+    save_file = scorer_mod.save_file
+
+    def torn(state, path, metadata=None):  # half the weights on disk, then the error
+        save_file(state, path, metadata=metadata)
+        with open(path, "r+b") as f:
+            f.truncate(100)
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(scorer_mod, "save_file", torn)
+        with pytest.raises(OSError, match="No space left"):
+            new.save_pretrained(tmp_path / "fresh")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no scorer, no temporary
+
+    old.save_pretrained(tmp_path / "s")
+    (tmp_path / "s" / "notes").mkdir()
+    (tmp_path / "s" / "notes" / "n.txt").write_text("kept")  # a file of its own: saving over it keeps it
+    before = _tree(tmp_path / "s")
+    for fail in ("weights", "config"):
+        with monkeypatch.context() as m:
+            if fail == "weights":
+                m.setattr(scorer_mod, "save_file", torn)
+                with pytest.raises(OSError):
+                    new.save_pretrained(tmp_path / "s")
+            else:
+                kill_while_writing(m, "config.json")
+                with pytest.raises(Killed):
+                    new.save_pretrained(tmp_path / "s")
+        assert _tree(tmp_path / "s") == before, fail  # the earlier scorer, whole
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+    assert Scorer.from_pretrained(tmp_path / "s").config.hidden == 8
+
+    new.save_pretrained(tmp_path / "s")  # replaced as a whole; its other files carried over
+    after = _tree(tmp_path / "s")
+    assert after["notes/n.txt"] == b"kept" and after["model.safetensors"] != before["model.safetensors"]
+    loaded = Scorer.from_pretrained(tmp_path / "s", model=model)
+    assert loaded.config.hidden == 4 and all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(),
+                                                                              new.state_dict().values()))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
 def test_save_load_round_trip_and_mismatch(tmp_path):
     model, _ = get_model("tiny-llama")
     sc = _scorer(model, seed=3)
