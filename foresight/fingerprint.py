@@ -69,13 +69,19 @@ def model_fingerprint(model) -> dict:
     return fp
 
 
+def dtype_name(dtype: torch.dtype) -> str | None:
+    """The name of a weights dtype as resumable jobs record it (``"bfloat16"``), None for float32: the CPU default is
+    recorded as nothing, as ``"adapter"`` in :func:`model_fingerprint`, so what was made before it was recorded
+    resumes as before."""
+    return None if dtype == torch.float32 else str(dtype).removeprefix("torch.")
+
+
 def weights_dtype(model) -> dict:
-    """``{"dtype": name}`` of a model whose weights are not float32, else ``{}``: recorded in what a resumable job
-    computes from the weights (trace and label plans, the feature cache's key), where a resume in another precision
-    would mix two computations. Present only when not float32 (the CPU default), as ``"adapter"`` in
-    :func:`model_fingerprint`, so what was made before it was recorded resumes as before."""
-    dtype = next(model.parameters()).dtype
-    return {} if dtype == torch.float32 else {"dtype": str(dtype).removeprefix("torch.")}
+    """``{"dtype": name}`` of a model whose weights are not float32, else ``{}`` (:func:`dtype_name`): recorded in
+    what a resumable job computes from the weights (trace and label plans, the feature cache's key), where a resume
+    in another precision would mix two computations."""
+    name = dtype_name(next(model.parameters()).dtype)
+    return {} if name is None else {"dtype": name}
 
 
 def model_name(fingerprint: dict) -> str:

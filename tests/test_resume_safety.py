@@ -534,3 +534,20 @@ def test_resume_settings_record_the_dtype_a_null_dtype_resolves_to(monkeypatch, 
         check_settings(on_gpu, on_cpu, tmp_path)
     tiny = GRPOConfig.from_dict({"model": "tiny-llama", "traces": "t", "init_scorer": "s"})
     assert "weights_dtype" not in resume_settings(tiny, 1, {}, device="cuda")  # tiny models are always fp32
+
+
+def test_one_rule_names_the_weights_dtype_for_resume_settings_and_the_fingerprint_side():
+    """resume_settings' `weights_dtype` and fingerprint.weights_dtype's `dtype` name a precision the same way (one
+    helper): nothing for float32, the bare torch name otherwise."""
+    from foresight.fingerprint import dtype_name, weights_dtype
+    from training.grpo_config import GRPOConfig
+    from training.trainer_config import resume_settings
+
+    assert dtype_name(torch.float32) is None and weights_dtype(torch.nn.Linear(2, 2)) == {}
+    cfg = GRPOConfig.from_dict({"model": "smollm2-135m", "traces": "t", "init_scorer": "s", "dtype": "float32"})
+    assert "weights_dtype" not in resume_settings(cfg, 1, {}, device="cpu")
+    for dtype in (torch.bfloat16, torch.float16):
+        cfg = GRPOConfig.from_dict({"model": "smollm2-135m", "traces": "t", "init_scorer": "s",
+                                    "dtype": str(dtype).removeprefix("torch.")})
+        named = resume_settings(cfg, 1, {}, device="cpu")["weights_dtype"]
+        assert named == dtype_name(dtype) == weights_dtype(torch.nn.Linear(2, 2).to(dtype))["dtype"]

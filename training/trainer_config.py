@@ -17,6 +17,7 @@ import torch
 
 from foresight.adapters import ADAPTER_WEIGHTS
 from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
+from foresight.fingerprint import dtype_name
 from foresight.models import resolved_dtype
 from training.digests import digest, digest_files
 from training.logging import REPORTERS
@@ -141,9 +142,9 @@ def resume_settings(cfg: TrainerConfig, world_size: int, ds_config: dict, task=N
     given ``task``, its ``resume_identity()`` (content digests of traces, labels, initial scorers)."""
     out = {k: v for k, v in cfg.to_dict().items() if k not in type(cfg).RUN_CONTROL}
     if device is not None and "dtype" in out:  # only when not float32, so CPU runs' settings are what they were
-        dtype = resolved_dtype(cfg.model, cfg.dtype, device)
-        if dtype != torch.float32:
-            out["weights_dtype"] = str(dtype).removeprefix("torch.")
+        name = dtype_name(resolved_dtype(cfg.model, cfg.dtype, device))
+        if name is not None:
+            out["weights_dtype"] = name
     out.update(world_size=int(world_size), zero_stage=zero_stage(ds_config),
                deepspeed=digest([json.dumps(ds_config, sort_keys=True)]))
     if cfg.adapter:  # only when set, so the settings of runs without one are what they always were
