@@ -551,3 +551,28 @@ def test_one_rule_names_the_weights_dtype_for_resume_settings_and_the_fingerprin
                                     "dtype": str(dtype).removeprefix("torch.")})
         named = resume_settings(cfg, 1, {}, device="cpu")["weights_dtype"]
         assert named == dtype_name(dtype) == weights_dtype(torch.nn.Linear(2, 2).to(dtype))["dtype"]
+
+
+def test_all_reduce_sends_cpu_tensors_through_the_gpu_under_nccl(monkeypatch):
+    """NCCL reduces CUDA tensors only: the loop's CPU flags and loss go through a copy on the rank's device and
+    come back reduced in place; under gloo the tensor itself is reduced."""
+    import torch.distributed as tdist
+
+    from training import distributed as D
+
+    seen = []
+
+    def fake_reduce(t, op=None):
+        seen.append(t)
+        t.mul_(2)  # two ranks holding the same value, summed
+
+    monkeypatch.setattr(tdist, "is_initialized", lambda: True)
+    monkeypatch.setattr(tdist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(tdist, "all_reduce", fake_reduce)
+    monkeypatch.setattr(D, "_nccl_device", lambda: torch.device("cpu"))  # stands for cuda:<local rank>
+    for backend, through_copy in (("nccl", True), ("gloo", False)):
+        monkeypatch.setattr(tdist, "get_backend", lambda b=backend: b)
+        seen.clear()
+        v = torch.tensor([1.5])
+        assert D.all_reduce(v, "sum") is v and float(v) == 3.0
+        assert len(seen) == 1 and (seen[0] is not v) == through_copy

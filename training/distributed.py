@@ -123,11 +123,21 @@ def build_engine(module: torch.nn.Module, optimizer, scheduler, ds_config: dict)
 
 
 def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
-    """All-reduce a tensor across ranks (no-op without a process group)."""
+    """All-reduce a tensor across ranks, in place (no-op without a process group). NCCL reduces CUDA tensors only,
+    so under it a CPU tensor (the loop's step flags and loss) travels through a copy on this rank's GPU."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-        dist.all_reduce(value, op=ops[op])
+        if dist.get_backend() == "nccl" and value.device.type != "cuda":
+            on_gpu = value.to(_nccl_device(), copy=True)
+            dist.all_reduce(on_gpu, op=ops[op])
+            value.copy_(on_gpu)
+        else:
+            dist.all_reduce(value, op=ops[op])
     return value
+
+
+def _nccl_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def barrier() -> None:
