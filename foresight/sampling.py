@@ -104,6 +104,30 @@ def top_keep(scores: torch.Tensor, num_keep: int) -> torch.Tensor:
     return scores.argsort(dim=-1, descending=True, stable=True)[..., :num_keep]
 
 
+def spread_keep(scores: torch.Tensor, num_keep: int, spread: float) -> torch.Tensor:
+    """Indices (..., num_keep) kept, ascending, by evicting one candidate at a time (the lowest score; among equal
+    scores the newer, as :func:`top_keep`) and adding ``spread`` to the scores of its two neighbours in the cache,
+    so that near-tied neighbours are not evicted together (the redundancy argument of R-KV,
+    https://arxiv.org/abs/2505.24133: a span evicted whole loses what one kept member of it would carry). Entries
+    with -inf (padding) are evicted first without raising their neighbours; ``spread=0`` keeps what
+    :func:`top_keep` keeps."""
+    s = scores.float().clone()
+    c = s.shape[-1]
+    evicted = torch.zeros_like(s, dtype=torch.bool)
+    flat_s, flat_e = s.reshape(-1, c), evicted.reshape(-1, c)
+    rows = torch.arange(flat_s.shape[0], device=s.device)
+    for _ in range(c - num_keep):
+        live = flat_s.masked_fill(flat_e, float("inf"))
+        j = c - 1 - live.flip(-1).argmin(-1)  # the lowest; among ties the newest
+        gained = spread * torch.isfinite(flat_s[rows, j]).to(s.dtype)
+        flat_e[rows, j] = True
+        for nb in (j - 1, j + 1):
+            ok = (nb >= 0) & (nb < c)
+            nbc = nb.clamp(0, c - 1)
+            flat_s[rows, nbc] += torch.where(ok, gained, torch.zeros_like(gained))
+    return (~evicted).float().topk(num_keep, dim=-1, sorted=False).indices.sort(-1).values
+
+
 def kept_indices(order: torch.Tensor, num_candidates: int, num_keep: int) -> torch.Tensor:
     """Indices (..., num_keep) of the candidates an eviction ``order`` (..., k) leaves, ascending."""
     evicted = torch.zeros((*order.shape[:-1], num_candidates), dtype=torch.bool, device=order.device)
@@ -154,4 +178,4 @@ def step_log_probs(logits: torch.Tensor, order: torch.Tensor, mask: torch.Tensor
 
 
 __all__ = ["EvictionDraw", "eviction_logits", "gumbel_topk", "kept_indices", "log_prob", "sample_eviction",
-           "step_log_probs", "top_keep"]
+           "spread_keep", "step_log_probs", "top_keep"]

@@ -582,3 +582,50 @@ def test_average_scores_the_mean_of_its_members_exactly():
         m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}
     prov = Scorer.average(members, provenance={"average_of": ["x", "y", "z"]}).config.provenance
     assert prov == {"average_of": ["x", "y", "z"], "heldout_traces": ["a#0", "b#0"]}
+
+
+def _spread_reference(scores: list[float], num_keep: int, spread: float) -> list[int]:
+    """Naive spread_keep: evict the lowest (newest among ties) one at a time, raise its cache neighbours."""
+    s, gone = list(scores), set()
+    for _ in range(len(s) - num_keep):
+        j = min((i for i in range(len(s)) if i not in gone), key=lambda i: (s[i], -i))
+        gone.add(j)
+        if s[j] != float("-inf"):
+            for nb in (j - 1, j + 1):
+                if 0 <= nb < len(s) and nb not in gone:
+                    s[nb] += spread
+    return [i for i in range(len(s)) if i not in gone]
+
+
+def test_spread_keep_equals_a_naive_greedy_and_top_keep_at_zero():
+    from foresight.sampling import spread_keep, top_keep
+
+    g = torch.Generator().manual_seed(0)
+    for trial in range(30):
+        c = int(torch.randint(4, 14, (1,), generator=g))
+        k = int(torch.randint(1, c, (1,), generator=g))
+        x = (torch.randint(0, 5, (2, 3, c), generator=g).float() / 10)  # many ties
+        if trial % 3 == 0:
+            x[0, 1, 0] = float("-inf")  # padding
+        for spread in (0.0, 0.15, 0.5):
+            got = spread_keep(x, k, spread)
+            for b in range(2):
+                for h in range(3):
+                    assert got[b, h].tolist() == _spread_reference(x[b, h].tolist(), k, spread), (trial, spread)
+        torch.testing.assert_close(spread_keep(x, k, 0.0), top_keep(x, k).sort(-1).values)
+    # near-tied neighbours: plain top-k evicts the span [1, 2], spread evicts one of it and the next lowest
+    x = torch.tensor([[[0.9, 0.10, 0.11, 0.5, 0.2, 0.8]]])
+    assert spread_keep(x, 4, 0.0).tolist() == [[[0, 3, 4, 5]]]
+    assert spread_keep(x, 4, 0.2).tolist() == [[[0, 2, 3, 5]]]
+
+
+def test_learned_spread_runs_and_refuses_sampling():
+    model, tok = get_model("tiny-llama")
+    sc = _scorer(model)
+    kw = dict(budget=B, interval=W, max_new_tokens=30, stop_on_eos=False)
+    res = foresight.generate(model, tok, ["Hello there"], policy=make_policy("learned", scorer=sc, spread=0.05), **kw)
+    assert res.stats["evictions"] > 3 and max(res.stats["peak_entries"]) <= B + W
+    with pytest.raises(ValueError, match="spread"):
+        make_policy("learned", scorer=sc, spread=0.05, selection="sample")
+    with pytest.raises(ValueError, match="spread"):
+        make_policy("learned", scorer=sc, spread=-1.0)

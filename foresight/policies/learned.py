@@ -15,7 +15,7 @@ import torch
 from foresight.errors import ForesightError
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
-from foresight.sampling import EvictionDraw, kept_indices, sample_eviction
+from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
 from foresight.scorer import Scorer
 from foresight.views import EvictView, LayersView, StepView
 
@@ -49,6 +49,10 @@ class LearnedPolicy(EvictionPolicy):
         (an entry judged for the first time uses its score); 0 (default) judges every event's score alone.
         The average is kept per (layer, KV head, entry) and follows the cache through every eviction; the
         newcomer bonus is added after it and never stored.
+    spread
+        With ``topk``: evict one candidate at a time and add ``spread`` to its two cache neighbours' scores
+        (:func:`foresight.sampling.spread_keep`), so near-tied neighbours are not evicted as a whole span; 0
+        (default) is plain top-k.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -64,6 +68,7 @@ class LearnedPolicy(EvictionPolicy):
     seed: int = 0
     newcomer_bonus: float = 0.0
     score_momentum: float = 0.0
+    spread: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -81,6 +86,9 @@ class LearnedPolicy(EvictionPolicy):
                                  f"{self.selection}; drop it or add selection=sample")
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
+        check_range("spread", self.spread, 0.0)
+        if self.spread and self.selection != "topk":  # a draw has no neighbour rule: it would be recorded, not used
+            raise ValueError(f"spread={self.spread} is used by selection=topk only, and selection is {self.selection}")
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
             raise ValueError(f"score_momentum must be in [0, 1), got {self.score_momentum}")
         check_seed(self.seed)
@@ -182,7 +190,7 @@ class LearnedPolicy(EvictionPolicy):
 
     def select(self, scores, num_keep, view):
         if self.selection == "topk":
-            return super().select(scores, num_keep, view)
+            return spread_keep(scores, num_keep, self.spread) if self.spread else super().select(scores, num_keep, view)
         return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):
