@@ -458,7 +458,8 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
     with pytest.raises(ForesightError, match="measured with selection=sample, not topk"):
         card.card_records(f"{sample}:sl_sample", f"{sample}:sl_sample", 16, 4)
     # a stage measured with a newcomer bonus, or transferred to another (B, W), was quoted as "this scorer"
-    for args, what in (({"newcomer_bonus": 0.02}, "newcomer_bonus=0.02"), ({"any_budget": True}, "any_budget=True")):
+    for args, what in (({"newcomer_bonus": 0.02}, "newcomer_bonus=0.02"), ({"any_budget": True}, "any_budget=True"),
+                       ({"score_momentum": 0.5}, "score_momentum=0.5"), ({"spread": 0.002}, "spread=0.002")):
         tuned = run(f"{what}.json", "sl", "aa", args)
         with pytest.raises(ForesightError, match=f"sl: measured with {what}; the card quotes"):
             card.card_records(f"{tuned}:sl", f"{sample}:sl_sample", 16, 4)

@@ -25,14 +25,18 @@ by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 from evaluation.quality import check_comparable, load_record, same_traces
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.policies.learned import LearnedPolicy
 
-# learned-policy arguments whose non-default value makes a stage something other than this scorer at its (B, W)
-UNQUOTED = ("newcomer_bonus", "any_budget")
+# learned-policy arguments whose non-default value makes a stage something other than this scorer at its (B, W):
+# every argument but these, so one added to the policy later is refused until someone decides otherwise
+QUOTED = ("scorer", "selection", "temperature", "seed", "on_features")
+UNQUOTED = {f.name: f.default for f in dataclasses.fields(LearnedPolicy) if f.init and f.name not in QUOTED}
 
 
 def _selection(record: dict, spec: str) -> tuple[str, float]:
@@ -45,7 +49,7 @@ def _selection(record: dict, spec: str) -> tuple[str, float]:
         raise ForesightError(f"{spec}: policy_config temperature must be a number, got {temperature!r}")
     # the card quotes the scorer as `learned` runs it at its own (B, W): a bonus, or a transfer to another (B, W),
     # measured something else under "this scorer"
-    changed = [f"{k}={cfg[k]}" for k in UNQUOTED if cfg.get(k)]
+    changed = [f"{k}={cfg[k]}" for k, default in UNQUOTED.items() if k in cfg and cfg[k] != default]
     if changed:
         raise ForesightError(f"{spec}: measured with {', '.join(changed)}; the card quotes this scorer as the learned "
                              "policy runs it by default (a stage measured without them)")
