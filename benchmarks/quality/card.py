@@ -6,9 +6,9 @@ scorer's top-k stage, that stage, and the same scorer's sampled stage (often a s
 selection=sample``). The two learned records are relabelled so the card says which rows are this scorer; each keeps
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
-CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default value: no
-``newcomer_bonus``, no ``any_budget`` transfer); anything else is refused. The learned records carry the weights' SHA-256 when the runs recorded
-it (``scorer_sha256``), which ``foresight export --fidelity`` checks against the exported scorer. Stages measured
+CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default
+value: no ``newcomer_bonus``, no ``any_budget`` transfer); anything else is refused. The learned records carry the
+weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against the exported scorer. Stages measured
 by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and the best heuristic from
 ``--reference``, a quality benchmark run on the same traces.
 
