@@ -8,9 +8,9 @@ its ``stage`` and ``source`` file. Both stages must be the same scorer weights (
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
 CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default
 value: no ``newcomer_bonus``, no ``any_budget`` transfer); anything else is refused. The learned records carry the
-weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against the exported scorer. Stages measured
-by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and the best heuristic from
-``--reference``, a quality benchmark run on the same traces.
+weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against
+the exported scorer. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and
+the best heuristic from ``--reference``, a quality benchmark run on the same traces.
 
     python benchmarks/quality/card.py --budget 64 --interval 16 \\
         --topk benchmarks/results/quality_B64_recipe336/quality.json:dagger \\
