@@ -57,7 +57,7 @@ class _StepLog(EvictionPolicy):
     def observe(self, view):
         q, k = view.query.float(), view.keys.float()
         b, hq, nq, d = q.shape
-        hkv, n = k.shape[1], k.shape[2]
+        hkv = k.shape[1]
         g = hq // hkv
         logits = torch.einsum("bhgqd,bhnd->bhgqn", q.view(b, hkv, g, nq, d), k) * d**-0.5
         # the mask from logical positions alone: a query sees valid entries at or before its own position

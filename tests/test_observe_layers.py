@@ -158,7 +158,7 @@ def test_memory_cap_hands_over_early_with_the_same_result(name):
     for cap in (None, 1):  # 1 byte: every decode step is handed over at once
         policy = build(name, FINGERPRINT)
         recs[cap] = Recorder(policy)
-        cache = drive_by_hand(policy, steps=90, prompt=5, observe_bytes=cap)
+        drive_by_hand(policy, steps=90, prompt=5, observe_bytes=cap)
     assert recs[1].batched > 80 > recs[None].batched  # one hand-over per decode step under the cap
     assert_same_run(recs[None], recs[1])
 
