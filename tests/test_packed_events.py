@@ -147,6 +147,33 @@ def test_the_layout_keeps_every_column_of_the_full_feature_vector(recorded):
     assert DYNAMIC_GROUPS and set(DYNAMIC_GROUPS) | set(static) == set(ALL)
 
 
+def test_saved_event_files_are_byte_identical_between_identical_writes(recorded, tmp_path):
+    """safetensors keeps the metadata in a Rust HashMap whose order changes from one write to the next: the same
+    events written twice (a feature cache, DAgger's rows) must give the same bytes, the header's keys sorted."""
+    import json
+    import struct
+
+    from training.event_files import read_events, save_events
+    from training.onpolicy import ROWS_FORMAT
+
+    evs, d, g = recorded
+    meta = {"fingerprint": "{}", "budget": "16", "zeta": "z", "alpha_key": "a"}
+    written = set()
+    for i in range(6):
+        path = tmp_path / f"{i}.safetensors"
+        save_events(path, evs[0], d, g, ROWS_FORMAT, dict(reversed(list(meta.items()))) if i % 2 else meta)
+        written.add(path.read_bytes())
+    assert len(written) == 1
+    (data,) = written
+    (n,) = struct.unpack("<Q", data[:8])
+    keys = list(json.loads(data[8:8 + n])["__metadata__"])
+    assert keys == sorted(keys) and {"format", "trace_id", "layout", *meta} <= set(keys)
+    got, ev = read_events(tmp_path / "0.safetensors", ROWS_FORMAT)
+    assert {k: got[k] for k in meta} == meta and got["trace_id"] == evs[0].trace_id
+    assert torch.equal(EventRows([ev.features])[:], evs[0].features)
+    assert [q.name for q in tmp_path.iterdir() if q.name.startswith(".")] == []
+
+
 def test_read_targets_stay_mapped_and_read_like_their_concatenation(recorded, tmp_path):
     """α, evict flags and positions are read in place like the features: a clone per trace, concatenated again per
     rank, held 12 GB per rank at 60k events of a third DAgger round. Every target of a read file is a view of that

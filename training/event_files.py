@@ -20,11 +20,11 @@ from pathlib import Path
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from golden.labels import TraceLabels
+from golden.sharding import save_safetensors
 from training.mapped_events import EventRows, map_safetensors
 from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
 
@@ -57,14 +57,15 @@ def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, 
                 metadata: dict[str, str] | None = None) -> None:
     """Write ``ev`` (dense features) packed, atomically (temp file + rename, so a killed run never leaves a torn
     file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
-    it."""
+    it. The header's metadata keys are sorted (:func:`~golden.sharding.save_safetensors`): identical runs write
+    identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tensors = pack(ev.features, ev.positions, head_dim, num_groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
                    positions=ev.positions.contiguous())
     layout = {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
-    save_file(tensors, str(tmp), metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id, **layout})
+    save_safetensors(tensors, tmp, metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id, **layout})
     tmp.replace(path)
 
 
