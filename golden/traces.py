@@ -119,9 +119,7 @@ def generate_traces(
         ``out_dir``; read it with :func:`load_traces`.
     """
     check_sampling(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                   top_k=top_k, batch_size=batch_size)
-    if isinstance(first_sample, bool) or not isinstance(first_sample, int) or first_sample < 0:
-        raise ForesightError(f"first_sample must be an integer >= 0, got {first_sample!r}")
+                   top_k=top_k, batch_size=batch_size, first_sample=first_sample)
     ids = [p.id for p in problems]
     if len(set(ids)) != len(ids):
         raise ForesightError("problem ids must be unique")
@@ -203,29 +201,37 @@ def generate_traces(
 
 
 def check_sampling(*, samples: int, max_new_tokens: int, temperature: float, top_p: float, top_k: int,
-                   batch_size: int) -> None:
+                   batch_size: int, first_sample: int = 0) -> None:
     """Refuse sampling settings that cannot work, before anything is loaded or written."""
     for key, value in (("samples", samples), ("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ForesightError(f"{key} must be an integer >= 1, got {value!r}")
+    if isinstance(first_sample, bool) or not isinstance(first_sample, int) or first_sample < 0:
+        raise ForesightError(f"first_sample must be an integer >= 0, got {first_sample!r}")
     if not temperature >= 0:
         raise ForesightError(f"temperature must be >= 0 (0 decodes greedily), got {temperature}")
-    check_greedy_samples(samples, temperature)
+    check_greedy_samples(samples, temperature, first_sample=first_sample)
     if not 0 < top_p <= 1:
         raise ForesightError(f"top_p must be in (0, 1], got {top_p}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ForesightError(f"top_k must be an integer >= 0 (0 disables it), got {top_k!r}")
 
 
-def check_greedy_samples(samples: int, temperature: float, flags: tuple[str, str] = ("samples=", "temperature="),
-                         what: str = "trace") -> None:
-    """Refuse several samples per problem at temperature 0: greedy decoding makes them identical copies, which would
-    be counted (pass@1, accuracy, trace sets) as independent samples. ``flags`` name the two settings as the caller
-    spells them (``("--samples ", "--temperature ")`` on the command line)."""
+def check_greedy_samples(samples: int, temperature: float, flags: tuple[str, ...] = ("samples=", "temperature="),
+                         what: str = "trace", first_sample: int = 0) -> None:
+    """Refuse several samples per problem at temperature 0, or samples after the first (``first_sample`` > 0):
+    greedy decoding makes them identical copies of sample 0, which would be counted (pass@1, accuracy, trace sets
+    trained on together) as independent samples. ``flags`` name the settings as the caller spells them
+    (``("--samples ", "--temperature ", "--first-sample ")`` on the command line; the third defaults to
+    ``first_sample=``)."""
+    n, t, f = (*flags, "first_sample=")[:3]
     if temperature == 0 and samples > 1:
-        n, t = flags
         raise ForesightError(f"{n}{samples} with {t}0: greedy decoding makes the {samples} samples of each problem "
                              f"identical copies of one {what}, counted as {samples}; pass {n}1, or {t}T > 0 to sample")
+    if temperature == 0 and first_sample > 0:
+        raise ForesightError(f"{f}{first_sample} with {t}0: greedy decoding makes sample {first_sample} of each "
+                             f"problem an identical copy of its {what} #0 under a new id, counted twice in sets used "
+                             f"together; pass {t}T > 0 to sample another {what}")
 
 
 def _check_problems(out: Path, name: str, unit) -> None:

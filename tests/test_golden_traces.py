@@ -188,6 +188,30 @@ def test_greedy_traces_of_several_samples_are_refused(tmp_path, monkeypatch, cap
     assert len(load_traces(generate_traces(model, tok, problems, tmp_path / "one", seed=0, **greedy))) == 2
 
 
+def test_greedy_traces_after_the_first_sample_are_refused(tmp_path, monkeypatch, capsys):
+    """--first-sample K > 0 at temperature 0 wrote an exact copy of sample 0 under the id problem#K, which the docs
+    suggest training on together with the first set: refused (one line, exit 2) before the model loads."""
+    import foresight
+
+    with monkeypatch.context() as m:
+        m.setattr(foresight, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+        rc = cli_main(["trace", "--model", "tiny-llama", "--data", "synthetic", "--limit", "2", "--first-sample", "1",
+                       "--temperature", "0", "--out", str(tmp_path / "cli"), "--no-progress"])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--first-sample 1 with --temperature 0" in err and "copy" in err, err
+        assert not (tmp_path / "cli").exists()
+    model, tok = get_model("tiny-llama")
+    problems = load_problems("synthetic", limit=2)
+    greedy = dict(SETTINGS, temperature=0, samples=1, max_new_tokens=4)
+    with pytest.raises(ForesightError, match="first_sample=2 with temperature=0"):  # the library, too
+        generate_traces(model, tok, problems, tmp_path / "lib", seed=0, first_sample=2, **greedy)
+    assert not (tmp_path / "lib").exists()
+    sampled = dict(SETTINGS, samples=1, max_new_tokens=4)  # a later sample at temperature > 0 is fine
+    assert load_traces(generate_traces(model, tok, problems, tmp_path / "s1", seed=0, first_sample=1,
+                                       **sampled))["trace_id"] == ["synthetic-0#1", "synthetic-1#1"]
+
+
 def test_traces_rank_sharding_merges_deterministically(tmp_path, monkeypatch):
     model, tok = get_model("tiny-llama")
     problems = load_problems("synthetic", limit=4)

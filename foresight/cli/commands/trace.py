@@ -21,7 +21,7 @@ def register(sub) -> None:
     p.add_argument("--samples", type=positive_int, default=1, help="traces per problem")
     p.add_argument("--first-sample", type=nonnegative_int, default=0,
                    help="index of the first sample (ids problem#K.., seeds from K): with the same --seed, K=1 adds a "
-                        "second sample of each problem to a one-sample set, in another --out")
+                        "second sample of each problem to a one-sample set, in another --out (not at --temperature 0)")
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--temperature", type=nonnegative_float, default=0.6, help="0 decodes greedily")
     add_sampling_filter_args(p, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
@@ -49,7 +49,8 @@ def run(args) -> int:
     from golden.traces import check_greedy_samples, generate_traces, load_traces, trace_progress
 
     fill_sampling_filters(args, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
-    check_greedy_samples(args.samples, args.temperature, ("--samples ", "--temperature "))  # before the model loads
+    check_greedy_samples(args.samples, args.temperature, ("--samples ", "--temperature ", "--first-sample "),
+                         first_sample=args.first_sample)  # before the model loads
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
     check_output_dir(args.out, "--out")  # before the model loads, not after the work
