@@ -21,8 +21,10 @@ import math
 import os
 import secrets
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -82,6 +84,31 @@ def _replace_dir(tmp: Path, target: Path) -> None:
         os.replace(old, target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def atomic_directory(directory: str | Path) -> Iterator[Path]:
+    """A hidden temporary sibling of ``directory`` (made as ``mkdir`` makes one: the umask's mode) for the block to
+    fill; when the block ends without error its files are flushed to disk and it takes ``directory``'s place by
+    renames (an existing ``directory`` stays whole until then, and is deleted after; through a symlink, its
+    target is replaced). On an error it is removed, so an error or a kill never leaves a torn ``directory``; a kill
+    may leave a ``.<name>.tmp-*`` sibling behind, which is safe to delete."""
+    target = Path(directory).resolve()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(directory))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp.mkdir()
+    try:
+        yield tmp
+        for root, _, files in os.walk(tmp):  # symlinks are not followed
+            for name in files:
+                if not os.path.islink(os.path.join(root, name)):
+                    _fsync(Path(root, name))
+        _replace_dir(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def shipped_scorers() -> dict[str, Path]:
@@ -332,16 +359,11 @@ class Scorer(nn.Module):
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``, atomically: both go into a hidden
         temporary sibling, which then takes ``directory``'s place by renames, so an error or a kill never leaves a
-        torn scorer (an existing ``directory`` stays whole until the new one is complete; its other files are kept).
-        A kill may leave a ``.<name>.tmp-*`` sibling behind, which is safe to delete."""
+        torn scorer (:func:`atomic_directory`: an existing ``directory`` stays whole until the new one is complete; its
+        other files are kept)."""
         directory = Path(directory)
         target = directory.resolve()  # through a symlink, as writing into it did
-        if target.exists() and not target.is_dir():
-            raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(directory))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-        tmp.mkdir()
-        try:
+        with atomic_directory(directory) as tmp:
             for entry in target.iterdir() if target.is_dir() else ():
                 if entry.name not in (CONFIG_NAME, WEIGHTS_NAME):
                     _link_copy(entry, tmp / entry.name)
@@ -350,12 +372,6 @@ class Scorer(nn.Module):
             # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either
             # order and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
-            for name in (CONFIG_NAME, WEIGHTS_NAME):
-                _fsync(tmp / name)
-            _replace_dir(tmp, target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
         return directory
 
     @classmethod
@@ -406,4 +422,4 @@ class Scorer(nn.Module):
         return scorer.eval()
 
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "Scorer", "ScorerConfig", "ScorerMismatchError"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "Scorer", "ScorerConfig", "ScorerMismatchError", "atomic_directory"]

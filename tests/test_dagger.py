@@ -357,6 +357,47 @@ def test_more_rounds_extend_a_finished_run_like_a_longer_run(data, tmp_path):
         run_sl(_cfg(data, ext, dagger_rounds=1, steps=6), resume=True)
 
 
+def test_the_final_scorer_is_replaced_atomically(data, runs, tmp_path, monkeypatch):
+    """The end of a run deleted out/scorer, then copied the last round's scorer there: a kill in between left no
+    scorer, a kill in the copy a torn one. Now out/scorer is the earlier one (or none), whole, until the copy is."""
+    from tests.conftest import Killed
+    from tests.test_scorer import _tree
+    from training.dagger import round_dir
+    from training.sl import run_sl
+
+    root = runs[0]
+    out = tmp_path / "dagger"
+    shutil.copytree(root / "dagger", out)
+    shutil.copytree(root / "features", tmp_path / "features")  # the run's feature cache (out.parent / "features")
+    cfg = _cfg(data, out, dagger_rounds=1, dagger_beta=0.0)
+    (out / "scorer" / "notes.txt").write_text("the earlier scorer/")
+    before = _tree(out / "scorer")
+    copyfile = shutil.copyfile
+
+    def killed(src, dst, *a, **k):  # the process dies halfway through the weights' copy
+        copyfile(src, dst, *a, **k)
+        if Path(dst).name == "model.safetensors":
+            with open(dst, "r+b") as f:
+                f.truncate(100)
+            raise Killed
+
+    def scorers():
+        return sorted(p.name for p in out.iterdir() if "scorer" in p.name)
+
+    for earlier in (True, False):
+        if not earlier:
+            shutil.rmtree(out / "scorer")
+        with monkeypatch.context() as m:
+            m.setattr(shutil, "copyfile", killed)
+            with pytest.raises(Killed):
+                run_sl(cfg, resume=True)  # a finished run: nothing to train, the end of the run again
+        if earlier:
+            assert _tree(out / "scorer") == before  # the earlier scorer, whole
+        assert scorers() == (["scorer"] if earlier else []), earlier  # no torn scorer/, no temporary
+    assert run_sl(cfg, resume=True)["finished"]
+    assert _tree(out / "scorer") == _tree(round_dir(out, 1) / "scorer") and scorers() == ["scorer"]
+
+
 @pytest.mark.parametrize("earlier, rerun", [("dagger", ["dagger_rounds=1", "dagger_beta=0.0"]),
                                             ("dagger", ["dagger_rounds=0"]),
                                             ("plain", ["dagger_rounds=1", "dagger_beta=0.0"])])

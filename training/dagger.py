@@ -52,7 +52,7 @@ from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from foresight.features import FEATURE_GROUPS, FeatureExtractor
-from foresight.scorer import Scorer
+from foresight.scorer import Scorer, atomic_directory
 from training import checkpoint as ckpt
 from training.digests import digest
 from training.distributed import barrier, init_distributed, load_ds_config
@@ -314,8 +314,8 @@ def _run_dagger(cfg, dist, load_data, make_task, resume: bool) -> dict[str, Any]
     result = {"finished": True, "rounds": [d["record"] for d in done if d], "steps_this_run": used,
               "eval": done[-1]["record"] if done[-1] else {}, "scorer": str(out / "scorer")}
     if dist.is_main:
-        shutil.rmtree(out / "scorer", ignore_errors=True)
-        shutil.copytree(round_dir(out, cfg.dagger_rounds) / "scorer", out / "scorer")
+        with atomic_directory(out / "scorer") as tmp:  # a kill mid-copy leaves the earlier scorer/ (or none), whole
+            shutil.copytree(round_dir(out, cfg.dagger_rounds) / "scorer", tmp, dirs_exist_ok=True)
         _write_json(out / "summary.json", result)
     barrier()
     logger.close()
