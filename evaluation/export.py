@@ -14,10 +14,8 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +28,7 @@ from foresight import __version__
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, atomic_directory, resolve_scorer
 
 ONNX_NAME = "scorer.onnx"
 
@@ -294,23 +292,6 @@ def _check_out(out: Path, scorer_dir: Path, overwrite: bool) -> None:
                              "content, so no file of an earlier export is left beside the new scorer)")
 
 
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Put the finished export ``tmp`` at ``out`` by renames (same filesystem): ``out`` never holds a half-written
-    export or a mix of two. An earlier ``out`` is moved aside first and deleted once the new one is in place."""
-    if not out.exists():
-        os.replace(tmp, out)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    os.replace(out, old / out.name)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        os.replace(old / out.name, out)  # put the earlier export back
-        old.rmdir()
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
 def _set_temperature(scorer, temperature: float | None, prov: dict) -> None:
     """Record the ``selection=sample`` temperature in the exported config; refuses a non-positive or non-finite one,
     and one that differs from a temperature the scorer was trained with (GRPO's). A temperature that an earlier
@@ -395,9 +376,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     paired = adapter_dir is not None and paired_with(adapter_dir, scorer_dir)
     if paired:
         bind_scorer(scorer, adapter_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:  # out never holds a half-written export or a mix of two
         # the config gains provenance; the weights are copied as trained, byte for byte, so their SHA-256 stays the
         # one that training output, quality.json and adapter pairing recorded
         scorer.save_config(tmp)
@@ -411,10 +390,6 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
             write_adapter(adapter_dir, tmp / ADAPTER_SUBDIR)
             lines = adapter_card(adapter_dir, out, paired)
         (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp, adapter_lines=lines))
-        _replace_dir(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return {"out": str(out), "scorer_dir": str(scorer_dir), "onnx_max_abs_diff": diff,
             "fidelity_source": fid[1] if fid else None,
             "adapter": {**adapter_summary(adapter_dir), "paired": paired} if adapter_dir is not None else None}

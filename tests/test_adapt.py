@@ -344,6 +344,39 @@ def test_export_writes_the_adapter_in_peft_format_beside_the_scorer(data, tmp_pa
             Scorer.from_pretrained(out, model=adapted)
 
 
+def test_the_saved_adapter_folder_gets_the_umask_mode_and_is_replaced_whole(tmp_path):
+    """save_artefact made its folder with mkdtemp, so the finished adapter was 0700: other users of a shared machine
+    could not read it. It gets the mode mkdir gives (the umask's); a failed save leaves the earlier adapter whole."""
+    import stat
+    from types import SimpleNamespace
+
+    from foresight.models import build_tiny_model
+    from tests.test_scorer import _tree
+    from training.adapt import AdaptTask
+
+    task = SimpleNamespace(peft_model=seeded_lora(build_tiny_model("tiny-llama")[0]),
+                           training_meta=lambda: {"policy": "h2o"})
+    path = tmp_path / "run" / "adapter"
+    umask = os.umask(0o022)
+    try:
+        (tmp_path / "ref").mkdir()
+        assert stat.S_IMODE((tmp_path / "ref").stat().st_mode) == 0o755
+        assert AdaptTask.save_artefact(task, path) == path
+        assert stat.S_IMODE(path.stat().st_mode) == 0o755
+        os.umask(0o027)
+        AdaptTask.save_artefact(task, path)  # replaced: the new folder's mode is the umask's now
+        assert stat.S_IMODE(path.stat().st_mode) == 0o750
+    finally:
+        os.umask(umask)
+    assert {"adapter_config.json", "adapter_model.safetensors", "foresight_adapter.json"} <= {p.name for p in
+                                                                                            path.iterdir()}
+    before = _tree(path)
+    task.training_meta = lambda: 1 / 0  # an error before the folder is complete
+    with pytest.raises(ZeroDivisionError):
+        AdaptTask.save_artefact(task, path)
+    assert _tree(path) == before and [p.name for p in path.parent.iterdir()] == ["adapter"]
+
+
 def test_adapt_evaluates_on_a_separate_heldout_split_and_refuses_shared_problems(data, tmp_path):
     from foresight.config import ConfigError
     from foresight.errors import ForesightError

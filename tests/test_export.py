@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -69,6 +71,25 @@ def test_round_trip(scorer_dir, tmp_path, capsys):
     assert "B = 32, interval W = 8" in card and "tiny-llama" in card
     assert "| 32 | learned | 1.0123 |" in card  # evaluation numbers found next to the checkpoint
     assert card.index("| learned |") < card.index("| random |")  # best first
+
+
+def test_the_export_folder_gets_the_umask_mode(scorer_dir, tmp_path, capsys):
+    """The export was made in a mkdtemp folder, so it ended up 0700: other users of a shared machine could not read
+    the exported scorer. It gets the mode mkdir gives (the umask's), when made and when replaced."""
+    out = tmp_path / "export"
+    umask = os.umask(0o022)
+    try:
+        (tmp_path / "ref").mkdir()
+        assert stat.S_IMODE((tmp_path / "ref").stat().st_mode) == 0o755
+        assert main(["export", str(scorer_dir), "--out", str(out)]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o755
+        os.umask(0o027)
+        assert main(["export", str(scorer_dir), "--out", str(out), "--overwrite"]) == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o750
+    finally:
+        os.umask(umask)
+    assert (out / "model.safetensors").read_bytes() == (scorer_dir / "scorer" / "model.safetensors").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temporary left
 
 
 def test_onnx_matches_pytorch(scorer_dir, tmp_path, capsys):

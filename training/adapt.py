@@ -26,9 +26,6 @@ Why not TRL's ``GKDTrainer``: see docs/training.md ("Adapting the model to its e
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -41,7 +38,7 @@ from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, ad
                                 does_not_fit, quiet_peft)
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, atomic_directory
 from golden.traces import load_traces
 from training.adapt_config import AdaptConfig
 from training.adapt_student import EvictedStudent, distillation_loss
@@ -260,25 +257,13 @@ class AdaptTask:
                 "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}
 
     def save_artefact(self, path: Path) -> Path:
-        """Write the adapter in peft's format plus ``foresight_adapter.json`` to ``path`` atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-        try:
+        """Write the adapter in peft's format plus ``foresight_adapter.json`` to ``path`` atomically
+        (:func:`~foresight.scorer.atomic_directory`)."""
+        with atomic_directory(path) as tmp:
             with quiet_peft():
                 self.peft_model.save_pretrained(str(tmp), save_embedding_layers=False)
             (tmp / TRAINING_META).write_text(json.dumps(self.training_meta(), indent=1, default=str) + "\n")
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}")
-                os.replace(path, old)
-                os.replace(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-        return path
+        return Path(path)
 
 
 @register_trainer("adapt", AdaptConfig, help="train a LoRA adapter so the model under eviction matches its full cache")
