@@ -29,13 +29,13 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from evaluation.grading import grade
+from foresight.atomic import atomic_write_text
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import fingerprint_diff
 from foresight.generation import eos_token_ids, generate
 from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
-from golden.sharding import atomic_write_text
 from golden.traces import check_greedy_samples, trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"

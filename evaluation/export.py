@@ -25,10 +25,11 @@ from evaluation.export_adapter import (ADAPTER_SUBDIR, adapter_card, adapter_sum
                                        paired_with, resolve_adapter_dir, write_adapter)
 from evaluation.quality import check_record_values
 from foresight import __version__
+from foresight.atomic import atomic_directory
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, atomic_directory, resolve_scorer
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
 
 ONNX_NAME = "scorer.onnx"
 

@@ -10,7 +10,7 @@ from typing import Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
-from golden.sharding import atomic_write_text
+from foresight.atomic import atomic_write_text
 
 
 def _fmt(value, digits: int = 4) -> str:

@@ -15,16 +15,12 @@ hidden size, provenance) and ``model.safetensors``.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import secrets
 import shutil
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Iterator
 
 import torch
 import torch.nn as nn
@@ -32,6 +28,7 @@ import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from foresight.atomic import atomic_directory
 from foresight.config import check_fields, check_keys, check_value
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
@@ -60,55 +57,6 @@ def _link_copy(src: Path, dst: Path) -> None:
         shutil.copytree(src, dst, symlinks=True, copy_function=link)
     else:
         link(src, dst)
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _replace_dir(tmp: Path, target: Path) -> None:
-    """Put the complete directory ``tmp`` at ``target`` by renames (same filesystem); an existing ``target`` is moved
-    aside first (put back if the second rename fails) and deleted once the new one is in place."""
-    if not target.exists():
-        os.replace(tmp, target)
-        return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
-    os.replace(target, old)
-    try:
-        os.replace(tmp, target)
-    except OSError:
-        os.replace(old, target)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
-
-
-@contextmanager
-def atomic_directory(directory: str | Path) -> Iterator[Path]:
-    """A hidden temporary sibling of ``directory`` (made as ``mkdir`` makes one: the umask's mode) for the block to
-    fill; when the block ends without error its files are flushed to disk and it takes ``directory``'s place by
-    renames (an existing ``directory`` stays whole until then, and is deleted after; through a symlink, its
-    target is replaced). On an error it is removed, so an error or a kill never leaves a torn ``directory``; a kill
-    may leave a ``.<name>.tmp-*`` sibling behind, which is safe to delete."""
-    target = Path(directory).resolve()
-    if target.exists() and not target.is_dir():
-        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(directory))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.mkdir()
-    try:
-        yield tmp
-        for root, _, files in os.walk(tmp):  # symlinks are not followed
-            for name in files:
-                if not os.path.islink(os.path.join(root, name)):
-                    _fsync(Path(root, name))
-        _replace_dir(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def shipped_scorers() -> dict[str, Path]:
@@ -359,7 +307,7 @@ class Scorer(nn.Module):
     def save_pretrained(self, directory: str | Path) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory``, atomically: both go into a hidden
         temporary sibling, which then takes ``directory``'s place by renames, so an error or a kill never leaves a
-        torn scorer (:func:`atomic_directory`: an existing ``directory`` stays whole until the new one is complete; its
+        torn scorer (:func:`~foresight.atomic.atomic_directory`: an existing ``directory`` stays whole until the new one is complete; its
         other files are kept)."""
         directory = Path(directory)
         target = directory.resolve()  # through a symlink, as writing into it did
@@ -422,4 +370,4 @@ class Scorer(nn.Module):
         return scorer.eval()
 
 
-__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "Scorer", "ScorerConfig", "ScorerMismatchError", "atomic_directory"]
+__all__ = ["CONFIG_NAME", "WEIGHTS_NAME", "Scorer", "ScorerConfig", "ScorerMismatchError"]

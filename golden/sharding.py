@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from foresight.atomic import atomic_write_text, stale_temporaries
 from foresight.config import ConfigError, read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256  # the one file digest (re-exported for training.checkpoint)
@@ -50,12 +51,6 @@ def rank_world() -> tuple[int, int]:
 def my_units(num_units: int, rank: int, world: int) -> list[int]:
     """Unit indices owned by ``rank``: those with ``i % world == rank``."""
     return list(range(rank, num_units, world))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str]) -> Path:
@@ -182,6 +177,9 @@ def clean_stale(out_dir: str | Path, names: list[str]) -> None:
             base = p.name[len(_TMP_PREFIX) :].rsplit("-pid", 1)[0]
             if base in owned or base.removesuffix(".json") in owned:
                 _remove(p)
+    for name in names:
+        for p in stale_temporaries(_manifest_path(shard_path(out_dir, name))):
+            _remove(p)
 
 
 def _remove(p: Path) -> None:
@@ -295,9 +293,7 @@ def atomic_output(final: Path) -> Iterator[Path]:
         manifest = {"shard": final.name, "files": _describe_files(tmp, digests=True)}
         mpath = _manifest_path(final)
         mpath.parent.mkdir(exist_ok=True)
-        mtmp = mpath.with_name(f"{_TMP_PREFIX}{mpath.name}-pid{os.getpid()}")
-        mtmp.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-        os.replace(mtmp, mpath)
+        atomic_write_text(mpath, json.dumps(manifest, indent=1, sort_keys=True))
         if final.exists():  # a damaged shard being redone by a caller that did not remove it
             _remove(final)
         os.replace(tmp, final)

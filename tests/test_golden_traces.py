@@ -300,6 +300,24 @@ def test_trace_kill_and_resume(tmp_path):
     assert load_traces(ref)["input_ids"] == ds["input_ids"]
 
 
+def test_a_rerun_removes_the_temporaries_of_its_own_shards_and_manifests(tmp_path):
+    """A kill leaves a shard's temporary (``shards/.tmp-<shard>-pid<pid>``) or its manifest's (``manifests/
+    .<shard>.json.tmp-*``, :func:`foresight.atomic.atomic_write_text`): the rank that owns the shard removes both."""
+    from golden.sharding import clean_stale
+
+    shards, manifests = tmp_path / "shards", tmp_path / "manifests"
+    shards.mkdir()
+    manifests.mkdir()
+    mine = [shards / ".tmp-traces-00001-pid99", manifests / ".tmp-traces-00001.json-pid99",
+            manifests / ".traces-00001.json.tmp-99-0a1b"]
+    others = [shards / ".tmp-traces-00002-pid98", manifests / ".traces-00002.json.tmp-98-0a1b",
+              manifests / "traces-00001.json"]
+    for p in mine + others:
+        p.write_text("")
+    clean_stale(tmp_path, ["traces-00001"])
+    assert [p for p in mine + others if p.exists()] == others
+
+
 # -- golden labelling pipeline and CLI -------------------------------------------------------------------------------
 
 

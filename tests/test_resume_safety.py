@@ -387,12 +387,12 @@ def test_kill_during_the_final_checkpoint_write_resumes_to_the_same_weights(tiny
     script = (
         "import os, sys\n"
         "from training import checkpoint as ckpt\n"
-        "orig = ckpt._write_text_atomic\n"
+        "orig = ckpt.atomic_write_text\n"
         "def dying(path, text):\n"
         f"    if path.name == {target!r} and 'step_000008' in (str(path) + text):\n"
         "        os._exit(9)\n"
         "    orig(path, text)\n"
-        "ckpt._write_text_atomic = dying\n"
+        "ckpt.atomic_write_text = dying\n"
         "from foresight.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )

@@ -36,9 +36,10 @@ from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import make_factory
 from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, adapter_identity, check_base,
                                 does_not_fit, quiet_peft)
+from foresight.atomic import atomic_directory
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, atomic_directory
+from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
 from training.adapt_config import AdaptConfig
 from training.adapt_student import EvictedStudent, distillation_loss
@@ -258,7 +259,7 @@ class AdaptTask:
 
     def save_artefact(self, path: Path) -> Path:
         """Write the adapter in peft's format plus ``foresight_adapter.json`` to ``path`` atomically
-        (:func:`~foresight.scorer.atomic_directory`)."""
+        (:func:`~foresight.atomic.atomic_directory`)."""
         with atomic_directory(path) as tmp:
             with quiet_peft():
                 self.peft_model.save_pretrained(str(tmp), save_embedding_layers=False)

@@ -40,12 +40,12 @@ The file encoding is :mod:`training.state_io`, the settings comparison :mod:`tra
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import torch
 
+from foresight.atomic import atomic_write_text, fsync_path
 from foresight.errors import ForesightError
 from golden.sharding import file_sha256
 from training.distributed import barrier
@@ -145,23 +145,8 @@ def _engine_counters(engine) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    _fsync(tmp)
-    tmp.replace(path)
 
 
 def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict, is_main: bool,
@@ -197,7 +182,7 @@ def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict,
             module.save_pretrained(tmp / "scorer")
         files = {}
         for p in _files(tmp):
-            _fsync(p)
+            fsync_path(p)
             files[p.relative_to(tmp).as_posix()] = {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
         scheduler = None
         if engine.lr_scheduler is not None:
@@ -207,13 +192,13 @@ def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict,
         manifest = {"format": FORMAT, "step": int(step), **{k: int(v) for k, v in counters.items()},
                     "zero_stage": stage, "scheduler": scheduler,
                     "engine": _engine_counters(engine), "settings": plain(settings), "files": files}
-        _write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
+        atomic_write_text(tmp / MANIFEST, json.dumps(manifest, indent=1))
         final = root / tag
         if final.exists():  # a checkpoint of the same step from an earlier, abandoned run
             final.rename(root / f".trash-{tag}")
         tmp.rename(final)
-        _fsync(root)
-        _write_text_atomic(root / "latest", tag)
+        fsync_path(root)
+        atomic_write_text(root / "latest", tag)
         if keep_last > 0:
             old = [p for _, p in _complete(root) if p.name != tag]
             for p in old[: max(0, len(old) - (keep_last - 1))]:

@@ -50,9 +50,10 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
+from foresight.atomic import atomic_directory
 from foresight.errors import ForesightError
 from foresight.features import FEATURE_GROUPS, FeatureExtractor
-from foresight.scorer import Scorer, atomic_directory
+from foresight.scorer import Scorer
 from training import checkpoint as ckpt
 from training.digests import digest
 from training.distributed import barrier, init_distributed, load_ds_config

@@ -1,0 +1,97 @@
+"""Atomic writes: a file or a folder is either the earlier one, whole, or the new one, never torn.
+
+Each is written under a hidden temporary sibling (``.<name>.tmp-<pid>-<random>``, :func:`temp_sibling`), flushed to
+disk (:func:`fsync_path`) and renamed into place. An error removes the temporary; a kill may leave one behind
+(:func:`stale_temporaries`), which is safe to delete.
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import os
+import secrets
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+
+def fsync_path(path: str | Path) -> None:
+    """Flush ``path`` (a file, or a folder: its entries) to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def temp_sibling(path: Path) -> Path:
+    """A fresh hidden name beside ``path`` for its temporary: ``.<name>.tmp-<pid>-<random>``."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def stale_temporaries(path: Path) -> list[Path]:
+    """The temporaries of ``path`` that killed writes left beside it (:func:`temp_sibling`'s names)."""
+    return sorted(path.parent.glob(f".{glob.escape(path.name)}.tmp-*"))
+
+
+@contextmanager
+def atomic_file(path: str | Path) -> Iterator[Path]:
+    """A temporary sibling of ``path`` for the block to write; when the block ends without error it is flushed to disk
+    and renamed to ``path`` (an existing ``path`` stays whole until then). On an error it is removed."""
+    path = Path(path)
+    tmp = temp_sibling(path)
+    try:
+        yield tmp
+        fsync_path(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_file`)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(text)
+
+
+def _replace_dir(tmp: Path, target: Path) -> None:
+    """Put the complete directory ``tmp`` at ``target`` by renames (same filesystem); an existing ``target`` is moved
+    aside first (put back if the second rename fails) and deleted once the new one is in place."""
+    if not target.exists():
+        os.replace(tmp, target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    os.replace(target, old)
+    try:
+        os.replace(tmp, target)
+    except OSError:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextmanager
+def atomic_directory(directory: str | Path) -> Iterator[Path]:
+    """A hidden temporary sibling of ``directory`` (made as ``mkdir`` makes one: the umask's mode) for the block to
+    fill; when the block ends without error its files are flushed to disk and it takes ``directory``'s place by
+    renames (an existing ``directory`` stays whole until then, and is deleted after; through a symlink, its
+    target is replaced). On an error it is removed, so an error or a kill never leaves a torn ``directory``; a kill
+    may leave a ``.<name>.tmp-*`` sibling behind, which is safe to delete."""
+    target = Path(directory).resolve()
+    if target.exists() and not target.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory", str(directory))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_sibling(target)
+    tmp.mkdir()
+    try:
+        yield tmp
+        for root, _, files in os.walk(tmp):  # symlinks are not followed
+            for name in files:
+                if not os.path.islink(os.path.join(root, name)):
+                    fsync_path(Path(root, name))
+        _replace_dir(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
