@@ -37,7 +37,8 @@ from safetensors import SafetensorError, safe_open
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.models import model_fingerprint
-from golden.sharding import check_shard, read_plan, recorded_digest, save_safetensors, shard_path
+from foresight.safetensors_file import save_safetensors
+from golden.sharding import check_shard, read_plan, recorded_digest, shard_path
 
 FORMAT = "foresight-golden-labels/3"
 #: Readable formats without the per-position foresight values (DAgger refuses them, nothing else needs them).

@@ -53,41 +53,6 @@ def my_units(num_units: int, rank: int, world: int) -> list[int]:
     return list(range(rank, num_units, world))
 
 
-def save_safetensors(tensors: dict, path: str | Path, metadata: dict[str, str]) -> Path:
-    """``safetensors.torch.save_file`` with the header's ``__metadata__`` in sorted key order, so the same tensors and
-    metadata give the same bytes in every process: safetensors keeps the metadata in a Rust ``HashMap``, whose
-    order differs from one process to the next, so two identical runs wrote shards with different SHA-256s (and
-    different recorded digests). Only the header's key order changes: readers see the same metadata, and files
-    written before (in any order) read as they did."""
-    import struct
-
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    save_file(tensors, str(path), metadata=metadata)
-    with path.open("r+b") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        meta = header.pop("__metadata__", None)
-        if meta is None:
-            return path
-        text = json.dumps({"__metadata__": dict(sorted(meta.items())), **header}, separators=(",", ":"),
-                          ensure_ascii=False).encode()
-        if len(text) <= n:  # the same JSON in another key order: as long (padded with spaces, as safetensors does)
-            f.seek(8)
-            f.write(text + b" " * (n - len(text)))
-            return path
-        # written with other escapes than json.dumps's: rewrite the file with the new header (8-byte aligned)
-        text += b" " * (-(8 + len(text)) % 8)
-        tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{os.getpid()}")
-        with tmp.open("wb") as g:
-            g.write(struct.pack("<Q", len(text)) + text)
-            f.seek(8 + n)
-            shutil.copyfileobj(f, g)
-    os.replace(tmp, path)
-    return path
-
-
 def read_plan(out_dir: str | Path) -> dict | None:
     """The plan of ``out_dir`` (None when there is none); a damaged plan raises an error naming the file."""
     path = Path(out_dir) / PLAN_FILE

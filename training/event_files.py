@@ -23,8 +23,8 @@ from safetensors import safe_open
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
+from foresight.safetensors_file import save_safetensors
 from golden.labels import TraceLabels
-from golden.sharding import save_safetensors
 from training.mapped_events import EventRows, map_safetensors
 from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
 
@@ -57,7 +57,7 @@ def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, 
                 metadata: dict[str, str] | None = None) -> None:
     """Write ``ev`` (dense features) packed, atomically (temp file + rename, so a killed run never leaves a torn
     file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
-    it. The header's metadata keys are sorted (:func:`~golden.sharding.save_safetensors`): identical runs write
+    it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`): identical runs write
     identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
