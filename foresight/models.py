@@ -17,8 +17,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -31,6 +29,7 @@ from tokenizers.models import BPE
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from foresight.adapters import attach_adapter, read_adapter_config
+from foresight.atomic import atomic_directory
 from foresight.attention import ATTN_IMPLEMENTATION, register_attention
 from foresight.errors import ForesightError
 from foresight.fingerprint import model_fingerprint  # the identity of a loaded model, re-exported here
@@ -158,11 +157,10 @@ def _require_gguf() -> None:
 
 
 def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
-    """Dequantise ``gguf_file`` once and save model + tokenizer as safetensors in ``out_dir`` (atomically)."""
+    """Dequantise ``gguf_file`` once and save model + tokenizer as safetensors in ``out_dir`` (atomically:
+    :func:`~foresight.atomic.atomic_directory`, so an earlier ``out_dir`` stays whole until the new one is)."""
     _require_gguf()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
-    try:
+    with atomic_directory(out_dir) as tmp:
         model = AutoModelForCausalLM.from_pretrained(
             gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
         )
@@ -175,12 +173,6 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "foresight_source.json").write_text(json.dumps({"gguf": str(gguf_file)}))
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 

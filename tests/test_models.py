@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import stat
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import foresight
+from foresight import models
 from foresight.models import ModelLoadError, build_tiny_model
 
 
@@ -83,8 +88,6 @@ def test_concurrent_first_loads_convert_once(monkeypatch, tmp_path):
     import threading
     import time
 
-    from foresight import models
-
     calls = []
 
     def slow_convert(gguf_file, out_dir):
@@ -105,3 +108,50 @@ def test_concurrent_first_loads_convert_once(monkeypatch, tmp_path):
         t.join()
     assert calls == [target]
     assert seen == [target] * 3 and (target / "config.json").exists()
+
+
+def test_gguf_conversion_is_readable_by_all_and_a_failed_one_keeps_the_earlier_copy(monkeypatch, tmp_path):
+    """convert_gguf wrote into a mkdtemp folder, so the cached copy was 0700 (other users of a shared cache could not
+    read it), and deleted the earlier copy before renaming the new one in. Now the copy gets the umask's mode and a
+    conversion that fails midway, or whose rename into place fails, leaves the earlier copy whole. (A tiny model
+    stands in for the GGUF's.)"""
+    model, tok = build_tiny_model("tiny-llama")
+    monkeypatch.setattr(models, "_require_gguf", lambda: None)
+    monkeypatch.setattr(models, "AutoModelForCausalLM", SimpleNamespace(from_pretrained=lambda *a, **k: model))
+    monkeypatch.setattr(models, "AutoTokenizer", SimpleNamespace(from_pretrained=lambda *a, **k: tok))
+    gguf, out = tmp_path / "m.gguf", tmp_path / "models" / "m"
+
+    def tree():
+        return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+    umask = os.umask(0o022)
+    try:
+        models.convert_gguf(gguf, out)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    before = tree()
+    assert {"config.json", "model.safetensors", "foresight_source.json"} <= set(before)
+
+    def no_space(directory, *a, **k):  # the tokenizer's files half written, then the disk is full
+        (Path(directory) / "tokenizer.json").write_text("{")
+        raise OSError(28, "No space left on device")
+
+    replace = os.replace
+
+    def cannot_rename(src, dst):  # the complete new copy cannot be renamed into place
+        if ".tmp-" in Path(src).name:
+            raise OSError(5, "Input/output error")
+        replace(src, dst)
+
+    with monkeypatch.context() as m:
+        m.setattr(tok, "save_pretrained", no_space)
+        with pytest.raises(OSError, match="No space left"):
+            models.convert_gguf(gguf, out)
+    assert tree() == before and sorted(p.name for p in out.parent.iterdir()) == ["m"]  # no temporary left
+    with monkeypatch.context() as m:
+        m.setattr(os, "replace", cannot_rename)
+        with pytest.raises(OSError, match="Input/output error"):
+            models.convert_gguf(gguf, out)
+    assert tree() == before and sorted(p.name for p in out.parent.iterdir()) == ["m"]
+    assert models.converted(gguf, out) == out  # the earlier copy is used as it is
