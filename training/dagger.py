@@ -50,7 +50,7 @@ from typing import Any, Callable
 import torch
 from tqdm.auto import tqdm
 
-from foresight.atomic import atomic_directory
+from foresight.atomic import atomic_directory, atomic_write_text
 from foresight.errors import ForesightError
 from foresight.features import FEATURE_GROUPS, FeatureExtractor
 from foresight.scorer import Scorer
@@ -101,9 +101,7 @@ def _finished(out_dir, r: int) -> dict | None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(data, indent=1, default=str))
 
 
 def _dims(task) -> tuple[int, int]:

@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from foresight.atomic import atomic_write_text
+
 REPORTERS = ("none", "wandb")
 
 
@@ -66,9 +68,7 @@ class MetricsLogger:
                 keep.append(line)
             elif line.strip():
                 dropped += 1
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(self.path)
+        atomic_write_text(self.path, "".join(line + "\n" for line in keep))
         return dropped
 
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
