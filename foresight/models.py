@@ -17,6 +17,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -29,7 +30,7 @@ from tokenizers.models import BPE
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from foresight.adapters import attach_adapter, read_adapter_config
-from foresight.atomic import atomic_directory
+from foresight.atomic import atomic_directory, stale_temporaries
 from foresight.attention import ATTN_IMPLEMENTATION, register_attention
 from foresight.errors import ForesightError
 from foresight.fingerprint import model_fingerprint  # the identity of a loaded model, re-exported here
@@ -185,6 +186,8 @@ def converted(gguf_file: Path, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target) + ".lock"):
         if not (target / "config.json").exists():
+            for stale in stale_temporaries(target):  # a killed conversion's folder (hundreds of MB): only the
+                shutil.rmtree(stale, ignore_errors=True)  # holder of this lock writes one, so none is in use
             convert_gguf(gguf_file, target)
     return target
 

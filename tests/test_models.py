@@ -110,6 +110,25 @@ def test_concurrent_first_loads_convert_once(monkeypatch, tmp_path):
     assert seen == [target] * 3 and (target / "config.json").exists()
 
 
+def test_a_killed_conversions_folder_is_removed_by_the_next_one(monkeypatch, tmp_path):
+    """A conversion killed mid-write left its hidden temporary folder (hundreds of MB) in the cache for good; the
+    next conversion, holding the lock, removes it. Another model's temporaries are left alone."""
+    target = tmp_path / "models" / "m"
+    stale, other = target.parent / ".m.tmp-123-abc", target.parent / ".mm.tmp-9-x"
+    for d in (stale, other):
+        d.mkdir(parents=True)
+        (d / "model.safetensors").write_bytes(b"x" * 10)
+
+    def convert(gguf_file, out_dir):
+        out_dir.mkdir(parents=True)
+        (out_dir / "config.json").write_text("{}")
+        return out_dir
+
+    monkeypatch.setattr(models, "convert_gguf", convert)
+    assert models.converted(tmp_path / "m.gguf", target) == target
+    assert not stale.exists() and other.exists() and (target / "config.json").exists()
+
+
 def test_gguf_conversion_is_readable_by_all_and_a_failed_one_keeps_the_earlier_copy(monkeypatch, tmp_path):
     """convert_gguf wrote into a mkdtemp folder, so the cached copy was 0700 (other users of a shared cache could not
     read it), and deleted the earlier copy before renaming the new one in. Now the copy gets the umask's mode and a

@@ -47,7 +47,7 @@ import torch
 
 from foresight.atomic import atomic_write_text, fsync_path
 from foresight.errors import ForesightError
-from golden.sharding import file_sha256
+from foresight.fingerprint import file_sha256
 from training.distributed import barrier
 from training.settings_check import check_settings, plain
 from training.state_io import flatten_state, load_tensors, rng_state, save_tensors, set_rng_state, unflatten_state
