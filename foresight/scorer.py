@@ -106,6 +106,9 @@ class ScorerConfig:
     temperature
         Plackett–Luce temperature the scorer's sampled evictions were trained with (written by GRPO;
         ``None`` for a distilled scorer); the default of the ``learned`` policy's ``selection=sample``.
+    spread
+        The default ``spread`` of the ``learned`` policy's ``selection=topk`` (:func:`foresight.sampling.spread_keep`),
+        chosen on validation traces when the scorer is exported; ``None`` is plain top-k.
     provenance
         Free-form record of how the scorer was made (data, steps, git commit, ...).
     """
@@ -117,6 +120,7 @@ class ScorerConfig:
     hidden: int = 16
     decay: float = 0.9
     temperature: float | None = None
+    spread: float | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -138,6 +142,8 @@ class ScorerConfig:
             raise ValueError(f"decay must be in [0, 1], got {self.decay}")
         if self.temperature is not None and not (math.isfinite(float(self.temperature)) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0 (or null), got {self.temperature}")
+        if self.spread is not None and not (math.isfinite(float(self.spread)) and self.spread >= 0):
+            raise ValueError(f"spread must be a finite number >= 0 (or null), got {self.spread}")
         self.feature_set = check_feature_set(self.feature_set)
 
     @property

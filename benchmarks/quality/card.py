@@ -35,25 +35,27 @@ from foresight.policies.learned import LearnedPolicy
 
 # learned-policy arguments whose non-default value makes a stage something other than this scorer at its (B, W):
 # every argument but these, so one added to the policy later is refused until someone decides otherwise
-QUOTED = ("scorer", "selection", "temperature", "seed", "on_features")
+QUOTED = ("scorer", "selection", "temperature", "spread", "seed", "on_features")
 UNQUOTED = {f.name: f.default for f in dataclasses.fields(LearnedPolicy) if f.init and f.name not in QUOTED}
 
 
-def _selection(record: dict, spec: str) -> tuple[str, float]:
-    """(selection, temperature) the stage was measured with, from its record's resolved policy config."""
+def _selection(record: dict, spec: str) -> tuple[str, float, float]:
+    """(selection, temperature, spread) the stage was measured with, from its record's resolved policy config
+    (records from before ``spread`` existed ran at 0)."""
     cfg = record.get("policy_config") or {}
     if not isinstance(cfg, dict) or "selection" not in cfg or "temperature" not in cfg:
         raise ForesightError(f"{spec}: the record has no policy_config with selection and temperature")
-    temperature = cfg["temperature"]
-    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool):
-        raise ForesightError(f"{spec}: policy_config temperature must be a number, got {temperature!r}")
+    numbers = {k: cfg.get(k, 0.0) for k in ("temperature", "spread")}
+    for k, v in numbers.items():
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise ForesightError(f"{spec}: policy_config {k} must be a number, got {v!r}")
     # the card quotes the scorer as `learned` runs it at its own (B, W): a bonus, or a transfer to another (B, W),
     # measured something else under "this scorer"
     changed = [f"{k}={cfg[k]}" for k, default in UNQUOTED.items() if k in cfg and cfg[k] != default]
     if changed:
         raise ForesightError(f"{spec}: measured with {', '.join(changed)}; the card quotes this scorer as the learned "
                              "policy runs it by default (a stage measured without them)")
-    return cfg["selection"], float(temperature)
+    return cfg["selection"], float(numbers["temperature"]), float(numbers["spread"])
 
 
 def _scorer_identity(meta: dict, stage: str, budget: int, interval: int) -> tuple[str | None, str | None]:
@@ -101,7 +103,8 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
         sha_t, sha_s = dir_t, dir_s
     if sha_t is None or sha_t != sha_s:
         raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
-    (topk_selection, _), (selection, temperature) = _selection(topk, topk_spec), _selection(sample, sample_spec)
+    (topk_selection, _, spread), (selection, temperature, _) = (_selection(topk, topk_spec),
+                                                               _selection(sample, sample_spec))
     if topk_selection != "topk":
         raise ForesightError(f"{topk_spec}: measured with selection={topk_selection}, not topk")
     if selection != "sample":
@@ -113,8 +116,8 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
             check_comparable(meta_r, r, meta_t, topk, name, topk_spec)
             same_traces(r, topk, name, topk_spec)
     named = {"scorer_sha256": weights} if weights else {}
-    keep = [golden, {**topk, "policy": "learned (this scorer, top-k)", "stage": topk_stage, "source": topk_file,
-                     **named}, best]
+    label = "learned (this scorer, top-k" + (f", spread {spread:g})" if spread else ")")
+    keep = [golden, {**topk, "policy": label, "stage": topk_stage, "source": topk_file, **named}, best]
     keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={temperature:g})",
                  "stage": sample_stage, "source": sample_file, **named})
     return keep

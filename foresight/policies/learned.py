@@ -51,8 +51,9 @@ class LearnedPolicy(EvictionPolicy):
         newcomer bonus is added after it and never stored.
     spread
         With ``topk``: evict one candidate at a time and add ``spread`` to its two cache neighbours' scores
-        (:func:`foresight.sampling.spread_keep`), so near-tied neighbours are not evicted as a whole span; 0
-        (default) is plain top-k.
+        (:func:`foresight.sampling.spread_keep`), so near-tied neighbours are not evicted as a whole span; 0 is
+        plain top-k. Default: the one the scorer records (``spread`` in its config, chosen on validation traces),
+        else 0.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -68,7 +69,7 @@ class LearnedPolicy(EvictionPolicy):
     seed: int = 0
     newcomer_bonus: float = 0.0
     score_momentum: float = 0.0
-    spread: float = 0.0
+    spread: float | None = None
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -86,9 +87,11 @@ class LearnedPolicy(EvictionPolicy):
                                  f"{self.selection}; drop it or add selection=sample")
         check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
-        check_range("spread", self.spread, 0.0)
-        if self.spread and self.selection != "topk":  # a draw has no neighbour rule: it would be recorded, not used
-            raise ValueError(f"spread={self.spread} is used by selection=topk only, and selection is {self.selection}")
+        if self.spread is not None:
+            check_range("spread", self.spread, 0.0)
+            if self.spread and self.selection != "topk":  # a draw has no neighbour rule: recorded, never used
+                raise ValueError(f"spread={self.spread} is used by selection=topk only, and selection is "
+                                 f"{self.selection}")
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
             raise ValueError(f"score_momentum must be in [0, 1), got {self.score_momentum}")
         check_seed(self.seed)
@@ -121,6 +124,15 @@ class LearnedPolicy(EvictionPolicy):
         return float(self._scorer.config.temperature or 1.0)
 
     @property
+    def topk_spread(self) -> float:
+        """The spread ``topk`` uses: explicit, else the scorer's recorded one, else 0; 0 under ``sample``."""
+        if self.selection != "topk":
+            return 0.0
+        if self.spread is not None:
+            return float(self.spread)
+        return float(self._scorer.config.spread or 0.0)
+
+    @property
     def extractor(self):
         return self._extractor
 
@@ -133,6 +145,7 @@ class LearnedPolicy(EvictionPolicy):
         cfg["scorer"] = str(self.scorer) if not hasattr(self.scorer, "config") else "<in-memory>"
         cfg.pop("on_features", None)
         cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
+        cfg["spread"] = self.topk_spread  # likewise
         return cfg
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
@@ -190,7 +203,8 @@ class LearnedPolicy(EvictionPolicy):
 
     def select(self, scores, num_keep, view):
         if self.selection == "topk":
-            return spread_keep(scores, num_keep, self.spread) if self.spread else super().select(scores, num_keep, view)
+            spread = self.topk_spread
+            return spread_keep(scores, num_keep, spread) if spread else super().select(scores, num_keep, view)
         return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):

@@ -15,6 +15,8 @@ def register(sub) -> None:
                    help="also export this peft adapter (a `foresight train adapt` output or adapter dir) to OUT/adapter")
     p.add_argument("--temperature", type=float, default=None, metavar="T",
                    help="record T as the scorer's selection=sample temperature (a scorer trained without one)")
+    p.add_argument("--spread", type=float, default=None, metavar="S",
+                   help="record S as the scorer's selection=topk spread (chosen on validation traces)")
     p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
                    help="add KEY: TEXT to the exported provenance and model card (repeatable)")
     p.add_argument("--overwrite", action="store_true",
@@ -39,7 +41,8 @@ def run(args) -> int:
     from evaluation.export import export_scorer
 
     res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
-                        adapter=args.adapter, temperature=args.temperature, notes=_notes(args.note))
+                        adapter=args.adapter, temperature=args.temperature, spread=args.spread,
+                        notes=_notes(args.note))
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["adapter"]:
         a = res["adapter"]
