@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from tqdm.auto import tqdm
 
+from foresight.atomic import atomic_file
 from foresight.errors import ForesightError
 from foresight.safetensors_file import save_safetensors
 from golden.labels import TraceLabels
@@ -55,18 +56,18 @@ def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: i
 
 def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str,
                 metadata: dict[str, str] | None = None) -> None:
-    """Write ``ev`` (dense features) packed, atomically (temp file + rename, so a killed run never leaves a torn
-    file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
+    """Write ``ev`` (dense features) packed, atomically (:func:`~foresight.atomic.atomic_file`: a killed run never
+    leaves a torn file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
     it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`): identical runs write
     identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     tensors = pack(ev.features, ev.positions, head_dim, num_groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
                    positions=ev.positions.contiguous())
     layout = {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
-    save_safetensors(tensors, tmp, metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id, **layout})
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        save_safetensors(tensors, tmp, metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id,
+                                                 **layout})
 
 
 def saved_metadata(path: Path) -> dict:
