@@ -47,15 +47,13 @@ beyond)
   need $E/heldout_traces $E/extra16x3_traces $E/aime/traces
   Q64=$R/extra16x3_s31/B64/quality.json Q128=$R/extra16x3_s31/B128/quality.json
   echo "== $(date -u +%FT%TZ) beyond, newcomer bonus $B64 / $B128 (spread 0.005)"
-  if [ "$B64" != none ]; then
-    ev 64 16 $S64 $E/heldout_traces nb_held64 $B64 & p1=$!; ev 64 16 $S64 $E/extra16x3_traces nb_x16x3_64 $B64 & p2=$!
-    wait $p1; wait $p2; ev 64 16 $S64 $E/aime/traces nb_aime64 $B64
-  fi
-  if [ "$B128" != none ]; then
-    ev 128 32 $S128 $E/heldout_traces nb_held128 $B128 & p1=$!
-    ev 128 32 $S128 $E/extra16x3_traces nb_x16x3_128 $B128 & p2=$!
-    wait $p1; wait $p2; ev 128 32 $S128 $E/aime/traces nb_aime128 $B128
-  fi
+  pair() {  # traces out-suffix: the two budgets side by side (one skipped when its value is none)
+    local p1= p2=
+    [ "$B64" = none ] || { ev 64 16 $S64 $1 nb_${2}64 $B64 & p1=$!; }
+    [ "$B128" = none ] || { ev 128 32 $S128 $1 nb_${2}128 $B128 & p2=$!; }
+    [ -z "$p1" ] || wait $p1; [ -z "$p2" ] || wait $p2
+  }
+  pair $E/aime/traces aime; pair $E/heldout_traces held; pair $E/extra16x3_traces x16x3_
   { if [ "$B64" != none ]; then
       cmp $O/nb_held64/$F $M/held64_s/$F --budget 64 --interval 16 --gap $R/quality_B64_recipe336/quality.json:tova
       cmp $O/nb_x16x3_64/$F $M/x16x3_64_s/$F --budget 64 --interval 16 --gap $Q64:tova --by-problem
