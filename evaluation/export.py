@@ -29,7 +29,7 @@ from foresight.atomic import atomic_directory
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
-from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
+from foresight.scorer import CONFIG_NAME, TOPK_DEFAULTS, WEIGHTS_NAME, Scorer, resolve_scorer
 
 ONNX_NAME = "scorer.onnx"
 
@@ -178,6 +178,12 @@ def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
     return lines + [""]
 
 
+def _topk_defaults_text(cfg) -> str:
+    """`` with spread 0.005, newcomer bonus 0.02`` for the top-k defaults a scorer config records (empty if none)."""
+    parts = [f"{name.replace('_', ' ')} {getattr(cfg, name):g}" for name in TOPK_DEFAULTS if getattr(cfg, name)]
+    return f" with {', '.join(parts)}" if parts else ""
+
+
 def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None,
                files_at: Path | None = None, adapter_lines: list[str] | None = None) -> str:
     """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written),
@@ -212,7 +218,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         f"- base model: `{fp.get('model', '?')}` ({fp.get('model_type')}, {fp.get('num_layers')} layers, "
         f"{fp.get('num_heads')} query heads, {fp.get('num_kv_heads')} KV heads, head_dim {fp.get('head_dim')})",
         f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
-        "- `learned` policy defaults: top-k" + (f" with spread {cfg.spread:g}" if cfg.spread else "")
+        "- `learned` policy defaults: top-k" + _topk_defaults_text(cfg)
         + (f"; `selection=sample` at temperature {cfg.temperature:g}" if cfg.temperature else ""),
         f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
         f"{n_params:,} parameters",
@@ -316,31 +322,36 @@ def _set_temperature(scorer, temperature: float | None, prov: dict) -> None:
     scorer.config = config
 
 
-def _set_spread(scorer, spread: float | None) -> None:
-    """Record ``spread`` as the default of the ``learned`` policy's ``selection=topk`` in the exported config (the
-    config validates it: a finite number >= 0)."""
-    if spread is None:
-        return
-    try:
-        scorer.config = dataclasses.replace(scorer.config, spread=float(spread))
-    except ValueError as exc:
-        raise ForesightError(f"--spread {spread}: {exc}") from None
-
-
-def check_card_spread(records: list, config, where: str) -> None:
-    """Refuse quoted ``learned`` top-k records run at another spread than the one this scorer's ``learned`` policy
-    uses by default (its recorded ``spread``, else 0): the card would present plain top-k numbers as the default's,
-    or the reverse. Records that name no selection are left alone; older ones that name no spread ran at 0."""
-    default = float(config.spread or 0.0)
-    for r in records:
-        cfg = r.get("policy_config") if _is_learned(r) else None
-        if not isinstance(cfg, dict) or cfg.get("selection") != "topk":
+def _set_topk_defaults(scorer, values: dict[str, float | None]) -> None:
+    """Record each given value (name in :data:`~foresight.scorer.TOPK_DEFAULTS`; ``None`` = keep the recorded one)
+    as a default of the ``learned`` policy's ``selection=topk`` in the exported config (the config validates it: a
+    finite number >= 0)."""
+    for name, value in values.items():
+        if value is None:
             continue
-        ran = cfg.get("spread", 0.0)
-        if not isinstance(ran, (int, float)) or isinstance(ran, bool) or float(ran) != default:
-            raise ForesightError(f"{where}: its record {r['policy']!r} ran top-k at spread {ran!r}, and this scorer's "
-                                 f"top-k default is spread {default:g}; quote a run at {default:g}, or export with "
-                                 f"--spread {ran}")
+        try:
+            scorer.config = dataclasses.replace(scorer.config, **{name: float(value)})
+        except ValueError as exc:
+            raise ForesightError(f"--{name.replace('_', '-')} {value}: {exc}") from None
+
+
+def check_card_topk_defaults(records: list, config, where: str) -> None:
+    """Refuse quoted ``learned`` top-k records run at another value of a top-k default
+    (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus) than the one this scorer's ``learned`` policy
+    uses by default (its recorded value, else 0): the card would present plain top-k numbers as the default's, or
+    the reverse. Records that name no selection are left alone; older ones that name no such value ran at 0."""
+    for name in TOPK_DEFAULTS:
+        default = float(getattr(config, name) or 0.0)
+        flag = f"--{name.replace('_', '-')}"
+        for r in records:
+            cfg = r.get("policy_config") if _is_learned(r) else None
+            if not isinstance(cfg, dict) or cfg.get("selection") != "topk":
+                continue
+            ran = cfg.get(name, 0.0)
+            if not isinstance(ran, (int, float)) or isinstance(ran, bool) or float(ran) != default:
+                raise ForesightError(f"{where}: its record {r['policy']!r} ran top-k at {name} {ran!r}, and this "
+                                     f"scorer's top-k default is {name} {default:g}; quote a run at {default:g}, or "
+                                     f"export with {flag} {ran}")
 
 
 def _add_notes(prov: dict, notes: dict[str, str] | None) -> None:
@@ -372,12 +383,13 @@ def _stamp_export(prov: dict, scorer_dir: Path) -> None:
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
                   atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
                   temperature: float | None = None, spread: float | None = None,
-                  notes: dict[str, str] | None = None) -> dict:
+                  newcomer_bonus: float | None = None, notes: dict[str, str] | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
     e.g. SL + DAgger; re-exporting such a scorer may replace the one an earlier export recorded); ``spread`` records
-    the ``spread`` that ``selection=topk`` uses by default (quoted top-k fidelity records must have run at it);
+    the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin (quoted top-k
+    fidelity records must have run at both);
     ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
@@ -398,14 +410,14 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
-    _set_spread(scorer, spread)
+    _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus})
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov
     sha = file_sha256(scorer_dir / WEIGHTS_NAME)  # the weights are copied byte for byte: the export's too
     fid = find_fidelity(src, scorer_dir, sha, fidelity)  # read before anything is written
     if fid:
-        check_card_spread(fid[0], scorer.config, f"fidelity results {fid[1]}")
+        check_card_topk_defaults(fid[0], scorer.config, f"fidelity results {fid[1]}")
     adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None
     if adapter_dir is not None:
         check_scorer_base(adapter_dir, scorer)

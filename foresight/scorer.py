@@ -40,6 +40,9 @@ WEIGHTS_NAME = "model.safetensors"
 SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
 # provenance an average (Scorer.average) keeps where all its members agree: the data they were trained on
 AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces")
+#: The ``learned`` policy arguments a scorer may record as its ``selection=topk`` defaults (ScorerConfig fields of
+#: these names, written by ``foresight export``); an explicit policy argument overrides them.
+TOPK_DEFAULTS = ("spread", "newcomer_bonus")
 
 
 def _link_copy(src: Path, dst: Path) -> None:
@@ -109,6 +112,9 @@ class ScorerConfig:
     spread
         The default ``spread`` of the ``learned`` policy's ``selection=topk`` (:func:`foresight.sampling.spread_keep`),
         chosen on validation traces when the scorer is exported; ``None`` is plain top-k.
+    newcomer_bonus
+        The default ``newcomer_bonus`` of the ``learned`` policy's ``selection=topk`` (a margin for the candidates
+        judged for the first time), chosen likewise; ``None`` is no margin.
     provenance
         Free-form record of how the scorer was made (data, steps, git commit, ...).
     """
@@ -121,6 +127,7 @@ class ScorerConfig:
     decay: float = 0.9
     temperature: float | None = None
     spread: float | None = None
+    newcomer_bonus: float | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -142,8 +149,10 @@ class ScorerConfig:
             raise ValueError(f"decay must be in [0, 1], got {self.decay}")
         if self.temperature is not None and not (math.isfinite(float(self.temperature)) and self.temperature > 0):
             raise ValueError(f"temperature must be a finite number > 0 (or null), got {self.temperature}")
-        if self.spread is not None and not (math.isfinite(float(self.spread)) and self.spread >= 0):
-            raise ValueError(f"spread must be a finite number >= 0 (or null), got {self.spread}")
+        for name in TOPK_DEFAULTS:
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(float(value)) and value >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0 (or null), got {value}")
         self.feature_set = check_feature_set(self.feature_set)
 
     @property

@@ -295,38 +295,51 @@ def test_the_export_names_the_weights_its_quoted_records_measured(scorer_dir, tm
     assert "| 32 | learned | 1.0123 |" in (tmp_path / "o2" / "README.md").read_text()
 
 
-def test_export_records_a_topk_spread_and_checks_the_quoted_topk_runs_against_it(scorer_dir, tmp_path, capsys):
-    """--spread S becomes the learned policy's top-k default for this scorer; a quoted top-k record run at another
-    spread (or at none, as before spread existed) is one line, exit 2, nothing written."""
+@pytest.mark.parametrize("name", ["spread", "newcomer_bonus"])
+def test_export_records_a_topk_default_and_checks_the_quoted_topk_runs_against_it(scorer_dir, tmp_path, capsys, name):
+    """--spread S / --newcomer-bonus B becomes the learned policy's top-k default for this scorer; a quoted top-k
+    record run at another value (or at none, as before the argument existed) is one line, exit 2, nothing written."""
     from foresight.policies import make_policy
     from foresight.scorer import Scorer
 
+    flag, label = f"--{name.replace('_', '-')}", name.replace("_", " ")
     records = json.loads((scorer_dir / "fidelity.json").read_text())
     plain = {**records[0], "policy": "learned (this scorer, top-k)",
-             "policy_config": {"selection": "topk", "temperature": 1.0}}  # a run from before spread existed
+             "policy_config": {"selection": "topk", "temperature": 1.0}}  # a run from before the argument existed
     cards = tmp_path / "cards"
     out = tmp_path / "export"
-    assert main(["export", str(scorer_dir), "--out", str(out), "--spread", "0.005",
+    assert main(["export", str(scorer_dir), "--out", str(out), flag, "0.005",
                  "--fidelity", str(_write_fid(cards / "plain.json", [plain, records[1]]))]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "ran top-k at spread 0.0" in err and "spread 0.005" in err, err
-    assert not out.exists()
-    spread = {**plain, "policy_config": {"selection": "topk", "temperature": 1.0, "spread": 0.005}}
-    assert main(["export", str(scorer_dir), "--out", str(out), "--spread", "0.005",
-                 "--fidelity", str(_write_fid(cards / "spread.json", [spread, records[1]]))]) == 0
-    assert Scorer.from_pretrained(out).config.spread == 0.005
-    assert "top-k with spread 0.005" in (out / "README.md").read_text()
+    assert len(err.splitlines()) == 1 and f"ran top-k at {name} 0.0" in err and f"{name} 0.005" in err, err
+    assert flag in err and not out.exists()
+    ran = {**plain, "policy_config": {"selection": "topk", "temperature": 1.0, name: 0.005}}
+    assert main(["export", str(scorer_dir), "--out", str(out), flag, "0.005",
+                 "--fidelity", str(_write_fid(cards / "ran.json", [ran, records[1]]))]) == 0
+    assert getattr(Scorer.from_pretrained(out).config, name) == 0.005
+    assert f"top-k with {label} 0.005" in (out / "README.md").read_text()
     pol = make_policy("learned", scorer=str(out))
-    assert pol.topk_spread == 0.005 and pol.config()["spread"] == 0.005
-    assert make_policy("learned", scorer=str(out), spread=0.0).topk_spread == 0.0  # explicit beats recorded
-    assert make_policy("learned", scorer=str(out), selection="sample").config()["spread"] == 0.0  # no draw uses it
-    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o"), "--spread", "-1"]) == 2
-    assert "spread must be a finite number >= 0" in capsys.readouterr().err
+    assert pol._topk_default(name) == 0.005 and pol.config()[name] == 0.005
+    assert make_policy("learned", scorer=str(out), **{name: 0.0}).config()[name] == 0.0  # explicit beats recorded
+    assert make_policy("learned", scorer=str(out), selection="sample").config()[name] == 0.0  # top-k's only
+    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o"), flag, "-1"]) == 2
+    assert f"{flag} -1.0: {name} must be a finite number >= 0" in capsys.readouterr().err
 
 
-def test_a_recorded_spread_decides_as_the_explicit_argument(tiny_llama):
-    """The learned policy with a scorer recording spread=s evicts exactly as with spread=s given, and otherwise as
-    plain top-k would not (the recorded value is used)."""
+def test_export_records_both_topk_defaults_in_the_card(scorer_dir, tmp_path):
+    from foresight.scorer import Scorer
+
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--spread", "0.005", "--newcomer-bonus", "0.02"]) == 0
+    cfg = Scorer.from_pretrained(out).config
+    assert (cfg.spread, cfg.newcomer_bonus) == (0.005, 0.02)
+    assert "top-k with spread 0.005, newcomer bonus 0.02" in (out / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name, value", [("spread", 0.5), ("newcomer_bonus", 0.5)])
+def test_a_recorded_topk_default_decides_as_the_explicit_argument(tiny_llama, name, value):
+    """The learned policy with a scorer recording a top-k default evicts exactly as with the argument given, and
+    otherwise as plain top-k would not (the recorded value is used); under sampling the recorded value is not."""
     import foresight
     from foresight.models import model_fingerprint
     from foresight.policies import make_policy
@@ -335,13 +348,15 @@ def test_a_recorded_spread_decides_as_the_explicit_argument(tiny_llama):
     model, _ = tiny_llama
     fp = model_fingerprint(model)
     plain = Scorer(ScorerConfig(fingerprint=fp, budget=16, interval=4), seed=2)
-    recorded = Scorer(ScorerConfig(fingerprint=fp, budget=16, interval=4, spread=0.5), seed=2)
+    recorded = Scorer(ScorerConfig(fingerprint=fp, budget=16, interval=4, **{name: value}), seed=2)
     seq = [list(torch.randint(0, 100, (60,), generator=torch.Generator().manual_seed(0)).tolist())]
 
     def ce(scorer, **kw):
         return foresight.replay(model, seq, policy=make_policy("learned", scorer=scorer, **kw), budget=16,
                                 interval=4).ce
 
-    torch.testing.assert_close(ce(recorded), ce(plain, spread=0.5))
+    torch.testing.assert_close(ce(recorded), ce(plain, **{name: value}))
     assert not torch.allclose(ce(recorded), ce(plain))
-    torch.testing.assert_close(ce(recorded, spread=0.0), ce(plain))
+    torch.testing.assert_close(ce(recorded, **{name: 0.0}), ce(plain))
+    sampled = {"selection": "sample", "temperature": 0.1, "seed": 3}
+    torch.testing.assert_close(ce(recorded, **sampled), ce(plain, **sampled))

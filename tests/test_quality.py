@@ -457,17 +457,22 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
         card.card_records(f"{topk}:sl", f"{not_sampled}:sl_sample", 16, 4)
     with pytest.raises(ForesightError, match="measured with selection=sample, not topk"):
         card.card_records(f"{sample}:sl_sample", f"{sample}:sl_sample", 16, 4)
-    # a stage measured with a newcomer bonus, or transferred to another (B, W), was quoted as "this scorer"
-    for args, what in (({"newcomer_bonus": 0.02}, "newcomer_bonus=0.02"), ({"any_budget": True}, "any_budget=True"),
-                       ({"score_momentum": 0.5}, "score_momentum=0.5")):
+    # a stage transferred to another (B, W), or judging on smoothed scores, was quoted as "this scorer"
+    for args, what in (({"any_budget": True}, "any_budget=True"), ({"score_momentum": 0.5}, "score_momentum=0.5")):
         tuned = run(f"{what}.json", "sl", "aa", args)
         with pytest.raises(ForesightError, match=f"sl: measured with {what}; the card quotes"):
             card.card_records(f"{tuned}:sl", f"{sample}:sl_sample", 16, 4)
     assert len(card.card_records(f"{run('z.json', 'sl', 'aa', {'newcomer_bonus': 0.0})}:sl", f"{sample}:sl_sample",
                                  16, 4)) == 4
-    # a top-k stage's spread is quoted with it (`foresight export` checks it against the scorer's default)
-    spread = card.card_records(f"{run('sp.json', 'sl', 'aa', {'spread': 0.005})}:sl", f"{sample}:sl_sample", 16, 4)
-    assert spread[1]["policy"] == "learned (this scorer, top-k, spread 0.005)"
+    # a top-k stage's spread and newcomer bonus are quoted with it (`foresight export` checks them against the
+    # scorer's top-k defaults); a sampled stage with a bonus is not the sampled default
+    both = card.card_records(f"{run('sp.json', 'sl', 'aa', {'spread': 0.005, 'newcomer_bonus': 0.02})}:sl",
+                             f"{sample}:sl_sample", 16, 4)
+    assert both[1]["policy"] == "learned (this scorer, top-k, spread 0.005, newcomer bonus 0.02)"
+    bonus_sampled = run("bs.json", "sl_sample", "aa", {"selection": "sample", "temperature": 0.003,
+                                                        "newcomer_bonus": 0.02})
+    with pytest.raises(ForesightError, match="sl_sample: measured with newcomer_bonus=0.02; the card quotes"):
+        card.card_records(f"{topk}:sl", f"{bonus_sampled}:sl_sample", 16, 4)
     with pytest.raises(ForesightError, match="cannot write"):
         card.main(["--topk", f"{topk}:sl", "--sample", f"{sample}:sl_sample", "--budget", "16", "--interval", "4",
                    "--out", str(tmp_path / "missing" / "card.json")])

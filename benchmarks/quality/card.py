@@ -7,7 +7,9 @@ selection=sample``). The two learned records are relabelled so the card says whi
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
 CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default
-value: no ``newcomer_bonus``, no ``any_budget`` transfer); anything else is refused. The learned records carry the
+value: no ``any_budget`` transfer, no ``score_momentum``; a top-k stage's spread and newcomer bonus are quoted with
+it, and ``foresight export`` checks them against the scorer's recorded top-k defaults; a sampled stage's newcomer
+bonus must be 0); anything else is refused. The learned records carry the
 weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against
 the exported scorer. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and
 the best heuristic from ``--reference``, a quality benchmark run on the same traces.
@@ -32,20 +34,21 @@ from pathlib import Path
 from evaluation.quality import check_comparable, load_record, same_traces
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies.learned import LearnedPolicy
+from foresight.scorer import TOPK_DEFAULTS
 
 # learned-policy arguments whose non-default value makes a stage something other than this scorer at its (B, W):
 # every argument but these, so one added to the policy later is refused until someone decides otherwise
-QUOTED = ("scorer", "selection", "temperature", "spread", "seed", "on_features")
+QUOTED = ("scorer", "selection", "temperature", *TOPK_DEFAULTS, "seed", "on_features")
 UNQUOTED = {f.name: f.default for f in dataclasses.fields(LearnedPolicy) if f.init and f.name not in QUOTED}
 
 
-def _selection(record: dict, spec: str) -> tuple[str, float, float]:
-    """(selection, temperature, spread) the stage was measured with, from its record's resolved policy config
-    (records from before ``spread`` existed ran at 0)."""
+def _selection(record: dict, spec: str) -> tuple[str, dict[str, float]]:
+    """(selection, {temperature, spread, newcomer_bonus}) the stage was measured with, from its record's resolved
+    policy config (records from before a top-k default existed ran at 0)."""
     cfg = record.get("policy_config") or {}
     if not isinstance(cfg, dict) or "selection" not in cfg or "temperature" not in cfg:
         raise ForesightError(f"{spec}: the record has no policy_config with selection and temperature")
-    numbers = {k: cfg.get(k, 0.0) for k in ("temperature", "spread")}
+    numbers = {k: cfg.get(k, 0.0) for k in ("temperature", *TOPK_DEFAULTS)}
     for k, v in numbers.items():
         if not isinstance(v, (int, float)) or isinstance(v, bool):
             raise ForesightError(f"{spec}: policy_config {k} must be a number, got {v!r}")
@@ -55,7 +58,7 @@ def _selection(record: dict, spec: str) -> tuple[str, float, float]:
     if changed:
         raise ForesightError(f"{spec}: measured with {', '.join(changed)}; the card quotes this scorer as the learned "
                              "policy runs it by default (a stage measured without them)")
-    return cfg["selection"], float(numbers["temperature"]), float(numbers["spread"])
+    return cfg["selection"], {k: float(v) for k, v in numbers.items()}
 
 
 def _scorer_identity(meta: dict, stage: str, budget: int, interval: int) -> tuple[str | None, str | None]:
@@ -103,12 +106,14 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
         sha_t, sha_s = dir_t, dir_s
     if sha_t is None or sha_t != sha_s:
         raise ForesightError(f"{topk_spec} and {sample_spec}: not recorded as the same scorer ({sha_t} vs {sha_s})")
-    (topk_selection, _, spread), (selection, temperature, _) = (_selection(topk, topk_spec),
-                                                               _selection(sample, sample_spec))
+    (topk_selection, topk_args), (selection, sample_args) = _selection(topk, topk_spec), _selection(sample, sample_spec)
     if topk_selection != "topk":
         raise ForesightError(f"{topk_spec}: measured with selection={topk_selection}, not topk")
     if selection != "sample":
         raise ForesightError(f"{sample_spec}: measured with selection={selection}, not sample")
+    if sample_args["newcomer_bonus"]:  # the scorer's recorded bonus is top-k's: sampling by default adds none
+        raise ForesightError(f"{sample_spec}: measured with newcomer_bonus={sample_args['newcomer_bonus']:g}; the card "
+                             "quotes selection=sample as the learned policy runs it by default (no newcomer bonus)")
     meta_r, (golden, best) = _golden_and_best(reference or topk_file, budget, interval)
     if reference:
         for r in (golden, best):
@@ -116,9 +121,10 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
             check_comparable(meta_r, r, meta_t, topk, name, topk_spec)
             same_traces(r, topk, name, topk_spec)
     named = {"scorer_sha256": weights} if weights else {}
-    label = "learned (this scorer, top-k" + (f", spread {spread:g})" if spread else ")")
+    label = "learned (this scorer, top-k" + "".join(f", {k.replace('_', ' ')} {topk_args[k]:g}"
+                                                     for k in TOPK_DEFAULTS if topk_args[k]) + ")"
     keep = [golden, {**topk, "policy": label, "stage": topk_stage, "source": topk_file, **named}, best]
-    keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={temperature:g})",
+    keep.append({**sample, "policy": f"learned (this scorer, selection=sample T={sample_args['temperature']:g})",
                  "stage": sample_stage, "source": sample_file, **named})
     return keep
 

@@ -42,7 +42,9 @@ class LearnedPolicy(EvictionPolicy):
         Seed of the sampling generator, re-applied at every reset.
     newcomer_bonus
         Added to the scores of the candidates that were the protected newest ``W`` at the previous event (the
-        entries judged for the first time, on the least evidence); 0 (default) leaves the scores as trained.
+        entries judged for the first time, on the least evidence), under either selection; 0 leaves the scores as
+        trained. Default: under ``topk`` the one the scorer records (``newcomer_bonus`` in its config, chosen on
+        validation traces), else 0.
     score_momentum
         ``m`` in [0, 1): an entry scored at earlier events is judged on the exponential moving average
         ``m * previous + (1 - m) * score`` of its scores, so one low score at one event does not evict it for good
@@ -67,7 +69,7 @@ class LearnedPolicy(EvictionPolicy):
     selection: str = "topk"
     temperature: float | None = None
     seed: int = 0
-    newcomer_bonus: float = 0.0
+    newcomer_bonus: float | None = None
     score_momentum: float = 0.0
     spread: float | None = None
     any_budget: bool = False
@@ -85,7 +87,8 @@ class LearnedPolicy(EvictionPolicy):
             if self.selection != "sample":  # recorded with the results, it would claim a draw that never happened
                 raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
                                  f"{self.selection}; drop it or add selection=sample")
-        check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
+        if self.newcomer_bonus is not None:
+            check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
@@ -123,14 +126,23 @@ class LearnedPolicy(EvictionPolicy):
             return float(self.temperature)
         return float(self._scorer.config.temperature or 1.0)
 
+    def _topk_default(self, name: str) -> float:
+        """Argument ``name`` of :data:`~foresight.scorer.TOPK_DEFAULTS` as used: explicit, else under ``topk`` the
+        scorer's recorded one, else 0."""
+        explicit = getattr(self, name)
+        if explicit is not None:
+            return float(explicit)
+        return float(getattr(self._scorer.config, name) or 0.0) if self.selection == "topk" else 0.0
+
     @property
     def topk_spread(self) -> float:
-        """The spread ``topk`` uses: explicit, else the scorer's recorded one, else 0; 0 under ``sample``."""
-        if self.selection != "topk":
-            return 0.0
-        if self.spread is not None:
-            return float(self.spread)
-        return float(self._scorer.config.spread or 0.0)
+        """The spread ``topk`` uses (0 under ``sample``, where a spread is refused)."""
+        return self._topk_default("spread")
+
+    @property
+    def applied_newcomer_bonus(self) -> float:
+        """The newcomer bonus this policy adds."""
+        return self._topk_default("newcomer_bonus")
 
     @property
     def extractor(self):
@@ -146,6 +158,7 @@ class LearnedPolicy(EvictionPolicy):
         cfg.pop("on_features", None)
         cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
         cfg["spread"] = self.topk_spread  # likewise
+        cfg["newcomer_bonus"] = self.applied_newcomer_bonus
         return cfg
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
@@ -180,10 +193,11 @@ class LearnedPolicy(EvictionPolicy):
             )
         if self.score_momentum:
             scores = self._smoothed(view, scores)
-        if self.newcomer_bonus:
+        bonus = self.applied_newcomer_bonus
+        if bonus:
             first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
             scores = scores.clone()
-            scores[..., first_judged:] += self.newcomer_bonus
+            scores[..., first_judged:] += bonus
         return scores
 
     def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
