@@ -241,7 +241,9 @@ class Scorer(nn.Module):
         feature set and the decay. The ensemble's ``selection=sample`` temperature is ``temperature`` where given;
         otherwise the members must record the same one (or all none): members that differ (a recorded temperature
         beside another or beside none, which samples at 1) are refused, naming each member's, with ``fix`` as the
-        way out, rather than the ensemble sampling at one member's temperature nobody chose. Provenance keys of
+        way out, rather than the ensemble sampling at one member's temperature nobody chose. Its ``selection=topk``
+        defaults (:data:`TOPK_DEFAULTS`) are the members' where they all record the same (or none); members that
+        differ are refused likewise (re-export them with one value, ``foresight export --spread S``). Provenance keys of
         ``AVERAGE_SHARED_PROVENANCE`` that every member records with the same value (their traces, labels and
         train/held-out split) are carried over, so the ensemble still names the problems it never trained on.
         """
@@ -263,6 +265,16 @@ class Scorer(nn.Module):
                 raise ForesightError(f"average: the scorers record different temperatures ({each}); choose the "
                                      f"ensemble's explicitly ({fix})")
             temperature = temps[0]
+        topk = {}
+        for name in TOPK_DEFAULTS:
+            values = [getattr(s.config, name) for s in scorers]
+            if len({None if v is None else float(v) for v in values}) > 1:
+                each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if v is None else f'{float(v):g}'}"
+                                 for i, (s, v) in enumerate(zip(scorers, values)))
+                flag = f"--{name.replace('_', '-')}"
+                raise ForesightError(f"average: the scorers record different top-k {name} defaults ({each}); "
+                                     f"re-export them with one value (foresight export {flag} X)")
+            topk[name] = values[0]
         provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
         for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
             values = [(s.config.provenance or {}).get(key) for s in scorers]
@@ -270,7 +282,7 @@ class Scorer(nn.Module):
                 provenance.setdefault(key, values[0])
         config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
                               hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=temperature, provenance=provenance)
+                              temperature=temperature, **topk, provenance=provenance)
         out = cls(config, seed=None)
         n = len(scorers)
         w1 = [s.w1 / s.feature_std[..., None] for s in scorers]

@@ -577,6 +577,15 @@ def test_average_scores_the_mean_of_its_members_exactly():
     cold.config.temperature = 0.01
     assert Scorer.average([hot, cold]).config.temperature == 0.01  # equal ones are kept
     assert Scorer.average(members[:2]).config.temperature is None
+    # top-k defaults: kept where the members agree, refused where they differ (plain top-k nobody chose)
+    hot.config.spread = cold.config.spread = 0.005
+    hot.config.newcomer_bonus = cold.config.newcomer_bonus = 0.02
+    both = Scorer.average([hot, cold]).config
+    assert (both.spread, both.newcomer_bonus) == (0.005, 0.02)
+    cold.config.newcomer_bonus = None
+    with pytest.raises(ForesightError, match=r"different top-k newcomer_bonus defaults \(\(in memory #0\): 0.02, "
+                                             r"\(in memory #1\): none\); .*--newcomer-bonus"):
+        Scorer.average([hot, cold])
     # the members' shared training data stays in the provenance (the held-out split names the validation problems)
     for i, m in enumerate(members):
         m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}
