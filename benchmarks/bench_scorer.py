@@ -3,7 +3,8 @@
 `foresight bench` at B=256/W=64 needs a `learned` scorer of that setting, and none is trained (SmolLM2's math
 traces are too short to label at B=256). Decoding cost does not depend on the weights — the feature extractor,
 the per-head MLP and the top-k are the same work — so a seeded, untrained scorer of the shipped scorer's
-feature set and width times the policy honestly. Its *quality* is meaningless: never evaluate it.
+feature set, width and recorded top-k defaults (spread, newcomer bonus: the spread evicts one entry at a time)
+times the policy honestly. Its *quality* is meaningless: never evaluate it.
 
     python benchmarks/bench_scorer.py --like smollm2-135m-b64-w16 --budget 256 --interval 64 \
         --out runs/bench_scorer_b256
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from foresight.config import check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
-from foresight.scorer import Scorer, ScorerConfig
+from foresight.scorer import TOPK_DEFAULTS, Scorer, ScorerConfig
 
 
 def main(argv=None) -> int:
@@ -33,6 +34,7 @@ def main(argv=None) -> int:
     try:
         cfg = ScorerConfig(fingerprint=like.fingerprint, budget=args.budget, interval=args.interval,
                            feature_set=like.feature_set, hidden=like.hidden, decay=like.decay,
+                           **{name: getattr(like, name) for name in TOPK_DEFAULTS},
                            provenance={"trainer": "none (untrained, for speed measurements only)",
                                        "architecture_of": str(args.like), "seed": args.seed})
     except ValueError as exc:

@@ -24,13 +24,14 @@ def _module():
 def test_copies_the_architecture_at_the_new_setting(tmp_path):
     model, _ = get_model("tiny-llama")
     cfg = ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=8,
-                       feature_set=("key", "attn", "age"), decay=0.8)
+                       feature_set=("key", "attn", "age"), decay=0.8, spread=0.005, newcomer_bonus=0.01)
     Scorer(cfg, seed=3).save_pretrained(tmp_path / "trained")
     assert _module().main(["--like", str(tmp_path / "trained"), "--budget", "64", "--interval", "16",
                            "--out", str(tmp_path / "speed")]) == 0
     got = Scorer.from_pretrained(tmp_path / "speed", model=model).config
     assert (got.budget, got.interval) == (64, 16)
     assert (got.feature_set, got.hidden, got.decay, got.fingerprint) == (cfg.feature_set, 8, 0.8, cfg.fingerprint)
+    assert (got.spread, got.newcomer_bonus) == (0.005, 0.01)  # the top-k work the policy does (spread's loop)
     assert "untrained" in got.provenance["trainer"]
 
     # an existing --out (here the trained scorer itself) had its weights replaced by untrained ones
