@@ -45,6 +45,17 @@ AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces
 TOPK_DEFAULTS = ("spread", "newcomer_bonus")
 
 
+def _members_agree(scorers: "list[Scorer]", key: str, what: str, fix: str) -> float | None:
+    """The config value ``key`` that every scorer of an average records (or all none); members that differ are
+    refused in one line naming each member's value, ``what`` naming the values and ``fix`` the way out."""
+    values = [getattr(s.config, key) for s in scorers]
+    if len({None if v is None else float(v) for v in values}) > 1:
+        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if v is None else f'{float(v):g}'}"
+                         for i, (s, v) in enumerate(zip(scorers, values)))
+        raise ForesightError(f"average: the scorers record different {what} ({each}); {fix}")
+    return values[0]
+
+
 def _link_copy(src: Path, dst: Path) -> None:
     """``src`` (a file, a symlink or a directory tree) at ``dst`` as hard links where the filesystem allows, else
     as a copy: an existing scorer directory's other files, carried into its replacement."""
@@ -258,23 +269,10 @@ class Scorer(nn.Module):
                 raise ForesightError(f"average: scorer {s.source or '(in memory)'} differs from "
                                      f"{scorers[0].source or '(in memory)'} in {', '.join(diff)}")
         if temperature is None:
-            temps = [s.config.temperature for s in scorers]
-            if len({None if t is None else float(t) for t in temps}) > 1:
-                each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if t is None else f'{float(t):g}'}"
-                                 for i, (s, t) in enumerate(zip(scorers, temps)))
-                raise ForesightError(f"average: the scorers record different temperatures ({each}); choose the "
-                                     f"ensemble's explicitly ({fix})")
-            temperature = temps[0]
-        topk = {}
-        for name in TOPK_DEFAULTS:
-            values = [getattr(s.config, name) for s in scorers]
-            if len({None if v is None else float(v) for v in values}) > 1:
-                each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if v is None else f'{float(v):g}'}"
-                                 for i, (s, v) in enumerate(zip(scorers, values)))
-                flag = f"--{name.replace('_', '-')}"
-                raise ForesightError(f"average: the scorers record different top-k {name} defaults ({each}); "
-                                     f"re-export them with one value (foresight export {flag} X)")
-            topk[name] = values[0]
+            temperature = _members_agree(scorers, "temperature", "temperatures",
+                                         f"choose the ensemble's explicitly ({fix})")
+        topk = {name: _members_agree(scorers, name, f"top-k {name} defaults", "re-export them with one value "
+                                     f"(foresight export --{name.replace('_', '-')} X)") for name in TOPK_DEFAULTS}
         provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
         for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
             values = [(s.config.provenance or {}).get(key) for s in scorers]

@@ -57,9 +57,9 @@ def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: i
 def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str,
                 metadata: dict[str, str] | None = None) -> None:
     """Write ``ev`` (dense features) packed, atomically (:func:`~foresight.atomic.atomic_file`: a killed run never
-    leaves a torn file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any such keys in
-    it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`): identical runs write
-    identical bytes."""
+    leaves a torn file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any
+    such keys in it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`):
+    identical runs write identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = pack(ev.features, ev.positions, head_dim, num_groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
