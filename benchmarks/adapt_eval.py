@@ -120,9 +120,14 @@ def main(argv=None) -> int:
         checked_policy(name, cache, f"policy {name!r}", **kwargs[name])
     meta = _check_inputs(args, policies)
     if "learned" in policies:  # each scorer takes this B and W (else refused after the whole base-side replay)
-        for flag, scorer in (("--scorer", args.scorer), ("--adapted-scorer", args.adapted_scorer)):
-            if scorer:
-                checked_policy("learned", cache, f"{flag} {scorer}", scorer=scorer, **kwargs["learned"])
+        selections = {f"{flag} {scorer}": checked_policy("learned", cache, f"{flag} {scorer}", scorer=scorer,
+                                                         **kwargs["learned"]).applied_selection
+                      for flag, scorer in (("--scorer", args.scorer), ("--adapted-scorer", args.adapted_scorer))
+                      if scorer}
+        if len(set(selections.values())) > 1:  # each scorer's recorded default: sampled against top-k, silently
+            raise ForesightError(f"the two scorers run learned with different default selections ("
+                                 f"{', '.join(f'{k}: {v}' for k, v in selections.items())}); choose one for both "
+                                 "with --policy-arg selection=topk or selection=sample")
     out = Path(args.out)
     t0 = time.time()
     base, _ = load_model(args.model)

@@ -3,8 +3,8 @@
 `foresight bench` at B=256/W=64 needs a `learned` scorer of that setting, and none is trained (SmolLM2's math
 traces are too short to label at B=256). Decoding cost does not depend on the weights — the feature extractor,
 the per-head MLP and the top-k are the same work — so a seeded, untrained scorer of the shipped scorer's
-feature set, width and recorded top-k defaults (spread, newcomer bonus: the spread evicts one entry at a time)
-times the policy honestly. Its *quality* is meaningless: never evaluate it.
+feature set, width and recorded selection defaults (the default selection, its temperature, the top-k spread
+and newcomer bonus: the spread evicts one entry at a time) times the policy honestly. Its *quality* is meaningless: never evaluate it.
 
     python benchmarks/bench_scorer.py --like smollm2-135m-b64-w16 --budget 256 --interval 64 \
         --out runs/bench_scorer_b256
@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     try:
         cfg = ScorerConfig(fingerprint=like.fingerprint, budget=args.budget, interval=args.interval,
                            feature_set=like.feature_set, hidden=like.hidden, decay=like.decay,
-                           **{name: getattr(like, name) for name in TOPK_DEFAULTS},
+                           **{name: getattr(like, name) for name in (*TOPK_DEFAULTS, "temperature", "selection")},
                            provenance={"trainer": "none (untrained, for speed measurements only)",
                                        "architecture_of": str(args.like), "seed": args.seed})
     except ValueError as exc:

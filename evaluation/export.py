@@ -184,6 +184,15 @@ def _topk_defaults_text(cfg) -> str:
     return f" with {', '.join(parts)}" if parts else ""
 
 
+def _selection_defaults_text(cfg) -> str:
+    """The selections a scorer config makes the ``learned`` policy run, its default first."""
+    topk = "top-k" + _topk_defaults_text(cfg)
+    sample = f"`selection=sample` at temperature {cfg.temperature:g}" if cfg.temperature else ""
+    if cfg.selection == "sample":
+        return f"{sample} (the default selection); `selection=topk`: {topk}"
+    return topk + (f"; {sample}" if sample else "")
+
+
 def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None,
                files_at: Path | None = None, adapter_lines: list[str] | None = None) -> str:
     """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written),
@@ -218,8 +227,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         f"- base model: `{fp.get('model', '?')}` ({fp.get('model_type')}, {fp.get('num_layers')} layers, "
         f"{fp.get('num_heads')} query heads, {fp.get('num_kv_heads')} KV heads, head_dim {fp.get('head_dim')})",
         f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
-        "- `learned` policy defaults: top-k" + _topk_defaults_text(cfg)
-        + (f"; `selection=sample` at temperature {cfg.temperature:g}" if cfg.temperature else ""),
+        "- `learned` policy defaults: " + _selection_defaults_text(cfg),
         f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
         f"{n_params:,} parameters",
         f"- files: `config.json`, `{WEIGHTS_NAME}` (sha256 `{file_sha256((files_at or out) / WEIGHTS_NAME)[:16]}…`)"
@@ -335,6 +343,18 @@ def _set_topk_defaults(scorer, values: dict[str, float | None]) -> None:
             raise ForesightError(f"--{name.replace('_', '-')} {value}: {exc}") from None
 
 
+def _set_selection(scorer, selection: str | None) -> None:
+    """Record ``selection`` as the ``learned`` policy's default selection in the exported config (the config
+    validates it: one of ``topk``/``sample``, and ``sample`` only with a recorded temperature)."""
+    if selection is None:
+        return
+    try:
+        scorer.config = dataclasses.replace(scorer.config, selection=selection)
+    except ValueError as exc:
+        hint = "; record one with --temperature T" if selection == "sample" else ""
+        raise ForesightError(f"--selection {selection}: {exc}{hint}") from None
+
+
 def check_card_topk_defaults(records: list, config, where: str) -> None:
     """Refuse quoted ``learned`` top-k records run at another value of a top-k default
     (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus) than the one this scorer's ``learned`` policy
@@ -383,13 +403,15 @@ def _stamp_export(prov: dict, scorer_dir: Path) -> None:
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
                   atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
                   temperature: float | None = None, spread: float | None = None,
-                  newcomer_bonus: float | None = None, notes: dict[str, str] | None = None) -> dict:
+                  newcomer_bonus: float | None = None, selection: str | None = None,
+                  notes: dict[str, str] | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
     e.g. SL + DAgger; re-exporting such a scorer may replace the one an earlier export recorded); ``spread`` records
     the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin (quoted top-k
-    fidelity records must have run at both);
+    fidelity records must have run at both); ``selection`` records the selection the ``learned`` policy runs the
+    scorer with by default (``topk`` or ``sample``; chosen on held-out trace sets);
     ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
@@ -411,6 +433,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
     _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus})
+    _set_selection(scorer, selection)
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov

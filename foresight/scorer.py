@@ -43,15 +43,24 @@ AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces
 #: The ``learned`` policy arguments a scorer may record as its ``selection=topk`` defaults (ScorerConfig fields of
 #: these names, written by ``foresight export``); an explicit policy argument overrides them.
 TOPK_DEFAULTS = ("spread", "newcomer_bonus")
+#: The ``learned`` policy's selections: ``topk`` keeps the highest scores, ``sample`` draws the evicted set
+#: (:func:`foresight.sampling.sample_eviction`). A scorer may record one as its default (``ScorerConfig.selection``).
+SELECTIONS = ("topk", "sample")
 
 
-def _members_agree(scorers: "list[Scorer]", key: str, what: str, fix: str) -> float | None:
-    """The config value ``key`` that every scorer of an average records (or all none); members that differ are
-    refused in one line naming each member's value, ``what`` naming the values and ``fix`` the way out."""
+def _members_agree(scorers: "list[Scorer]", key: str, what: str, fix: str) -> float | str | None:
+    """The config value ``key`` (a number or a name) that every scorer of an average records (or all none);
+    members that differ are refused in one line naming each member's value, ``what`` naming the values and ``fix``
+    the way out."""
+    def norm(v):
+        return v if v is None or isinstance(v, str) else float(v)
+
+    def show(v):
+        return "none" if v is None else v if isinstance(v, str) else f"{float(v):g}"
+
     values = [getattr(s.config, key) for s in scorers]
-    if len({None if v is None else float(v) for v in values}) > 1:
-        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {'none' if v is None else f'{float(v):g}'}"
-                         for i, (s, v) in enumerate(zip(scorers, values)))
+    if len({norm(v) for v in values}) > 1:
+        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {show(v)}" for i, (s, v) in enumerate(zip(scorers, values)))
         raise ForesightError(f"average: the scorers record different {what} ({each}); {fix}")
     return values[0]
 
@@ -126,6 +135,9 @@ class ScorerConfig:
     newcomer_bonus
         The default ``newcomer_bonus`` of the ``learned`` policy's ``selection=topk`` (a margin for the candidates
         judged for the first time), chosen likewise; ``None`` is no margin.
+    selection
+        The ``learned`` policy's default selection for this scorer (one of :data:`SELECTIONS`), chosen on trace sets
+        when the scorer is exported; ``None`` is ``topk``. ``sample`` needs a recorded ``temperature``.
     provenance
         Free-form record of how the scorer was made (data, steps, git commit, ...).
     """
@@ -139,6 +151,7 @@ class ScorerConfig:
     temperature: float | None = None
     spread: float | None = None
     newcomer_bonus: float | None = None
+    selection: str | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -164,6 +177,10 @@ class ScorerConfig:
             value = getattr(self, name)
             if value is not None and not (math.isfinite(float(value)) and value >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0 (or null), got {value}")
+        if self.selection is not None and self.selection not in SELECTIONS:
+            raise ValueError(f"selection must be one of {', '.join(SELECTIONS)} (or null), got {self.selection!r}")
+        if self.selection == "sample" and self.temperature is None:  # it would sample at 1.0, a temperature nobody chose
+            raise ValueError("selection 'sample' needs a recorded temperature (the one its draws run at)")
         self.feature_set = check_feature_set(self.feature_set)
 
     @property
@@ -254,7 +271,8 @@ class Scorer(nn.Module):
         beside another or beside none, which samples at 1) are refused, naming each member's, with ``fix`` as the
         way out, rather than the ensemble sampling at one member's temperature nobody chose. Its ``selection=topk``
         defaults (:data:`TOPK_DEFAULTS`) are the members' where they all record the same (or none); members that
-        differ are refused likewise (re-export them with one value, ``foresight export --spread S``). Provenance keys of
+        differ are refused likewise (re-export them with one value, ``foresight export --spread S``); its default
+        selection (``ScorerConfig.selection``) likewise. Provenance keys of
         ``AVERAGE_SHARED_PROVENANCE`` that every member records with the same value (their traces, labels and
         train/held-out split) are carried over, so the ensemble still names the problems it never trained on.
         """
@@ -273,6 +291,8 @@ class Scorer(nn.Module):
                                          f"choose the ensemble's explicitly ({fix})")
         topk = {name: _members_agree(scorers, name, f"top-k {name} defaults", "re-export them with one value "
                                      f"(foresight export --{name.replace('_', '-')} X)") for name in TOPK_DEFAULTS}
+        selection = _members_agree(scorers, "selection", "default selections",
+                                   "re-export them with one (foresight export --selection S)")
         provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
         for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
             values = [(s.config.provenance or {}).get(key) for s in scorers]
@@ -280,7 +300,7 @@ class Scorer(nn.Module):
                 provenance.setdefault(key, values[0])
         config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
                               hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=temperature, **topk, provenance=provenance)
+                              temperature=temperature, **topk, selection=selection, provenance=provenance)
         out = cls(config, seed=None)
         n = len(scorers)
         w1 = [s.w1 / s.feature_std[..., None] for s in scorers]

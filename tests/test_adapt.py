@@ -548,9 +548,14 @@ def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_agains
     other_bw = tmp_path / "own_other_bw"  # refused only after the whole base-side replay, before
     Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=2 * B, interval=W, hidden=8), seed=2) \
         .save_pretrained(other_bw)
+    sampled = tmp_path / "own_sampled"  # its recorded default selection is sample, the base scorer's top-k
+    Scorer(ScorerConfig(foresight.model_fingerprint(merged), budget=B, interval=W, hidden=8, temperature=0.05,
+                        selection="sample"), seed=2).save_pretrained(sampled)
     for bad, match in ((["--adapted-scorer", str(data["scorer"])], "made with another model"),
                        (["--adapted-scorer", str(own), "--policies", "h2o"], "only the learned policy"),
                        (["--adapted-scorer", str(other_bw)], f"--adapted-scorer {other_bw}: "),
+                       (["--adapted-scorer", str(sampled)], f"different default selections (--scorer {data['scorer']}: "
+                                                            f"topk, --adapted-scorer {sampled}: sample)"),
                        (["--policy-arg", f"learned.scorer={own}"], "--policy-arg learned.scorer")):  # a TypeError
         argv = [*args, *bad, "--out", str(tmp_path / "bad")]
         with pytest.raises(SystemExit) as exc:

@@ -336,6 +336,29 @@ def test_export_records_both_topk_defaults_in_the_card(scorer_dir, tmp_path):
     assert "top-k with spread 0.005, newcomer bonus 0.02" in (out / "README.md").read_text()
 
 
+def test_export_records_the_default_selection(scorer_dir, tmp_path, capsys):
+    """--selection sample becomes the learned policy's default for this scorer (the card says so); it needs a
+    recorded temperature: without one, one line, exit 2, nothing written."""
+    from foresight.policies import make_policy
+    from foresight.scorer import Scorer
+
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--selection", "sample"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--selection sample: selection 'sample' needs a recorded temperature" in err
+    assert "--temperature T" in err and not out.exists()
+    assert main(["export", str(scorer_dir), "--out", str(out), "--selection", "sample", "--temperature", "0.005",
+                 "--spread", "0.005"]) == 0
+    assert Scorer.from_pretrained(out).config.selection == "sample"
+    card = (out / "README.md").read_text()
+    assert ("`learned` policy defaults: `selection=sample` at temperature 0.005 (the default selection); "
+            "`selection=topk`: top-k with spread 0.005") in card
+    pol = make_policy("learned", scorer=str(out))
+    assert (pol.config()["selection"], pol.config()["temperature"], pol.config()["spread"]) == ("sample", 0.005, 0.0)
+    assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o"), "--selection", "best"]) == 2
+    assert "invalid choice: 'best'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("name, value", [("spread", 0.5), ("newcomer_bonus", 0.5)])
 def test_a_recorded_topk_default_decides_as_the_explicit_argument(tiny_llama, name, value):
     """The learned policy with a scorer recording a top-k default evicts exactly as with the argument given, and

@@ -91,6 +91,42 @@ def test_sample_temperature_defaults_to_the_scorers(tmp_path):
         ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, temperature=0.0)
 
 
+def test_recorded_selection_is_the_default_and_an_explicit_one_overrides_it(tmp_path):
+    """A scorer recording ``selection: sample`` makes the policy sample with no arguments: the very evictions of an
+    explicit ``selection=sample`` run (identical per-token CE); an explicit ``topk`` overrides it (with the recorded
+    spread, which sampling never applies), and the record names the selection that ran."""
+    model, _ = get_model("tiny-llama")
+    cfg = ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=8, temperature=0.05,
+                       spread=0.01, selection="sample")
+    Scorer(cfg, seed=2).save_pretrained(tmp_path / "s")
+    ids = torch.randint(3, 200, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    default = make_policy("learned", scorer=str(tmp_path / "s"), seed=5)
+    assert (default.applied_selection, default.topk_spread) == ("sample", 0.0)
+    assert default.config()["selection"] == "sample" and default.config()["spread"] == 0.0
+    run = replay(model, [ids], default, B, W)
+    explicit = replay(model, [ids], make_policy("learned", scorer=str(tmp_path / "s"), selection="sample", seed=5), B, W)
+    torch.testing.assert_close(run.ce[0], explicit.ce[0], equal_nan=True, rtol=0, atol=0)
+    topk = make_policy("learned", scorer=str(tmp_path / "s"), selection="topk")
+    assert (topk.applied_selection, topk.topk_spread, topk.config()["selection"]) == ("topk", 0.01, "topk")
+    other = replay(model, [ids], topk, B, W)
+    assert not torch.equal(other.ce[0], run.ce[0])  # top-k evicts other entries: the default did change something
+    with pytest.raises(ValueError, match=r"spread=0.02 is used by selection=topk only, and selection is sample "
+                                         r"\(this scorer's recorded default\)"):
+        make_policy("learned", scorer=str(tmp_path / "s"), spread=0.02)
+    assert make_policy("learned", scorer=str(tmp_path / "s"), temperature=0.5).sampling_temperature == 0.5
+
+
+def test_scorer_config_selection_is_validated():
+    fp = foresight.model_fingerprint(get_model("tiny-llama")[0])
+    with pytest.raises(ValueError, match="selection must be one of topk, sample"):
+        ScorerConfig(fp, budget=B, interval=W, temperature=0.1, selection="greedy")
+    with pytest.raises(ValueError, match="selection 'sample' needs a recorded temperature"):
+        ScorerConfig(fp, budget=B, interval=W, selection="sample")
+    assert ScorerConfig(fp, budget=B, interval=W, selection="topk").selection == "topk"
+    with pytest.raises(ValueError, match="selection must be one of topk, sample, got 'best'"):
+        make_policy("learned", scorer=Scorer(ScorerConfig(fp, budget=B, interval=W, hidden=8)), selection="best")
+
+
 def test_sample_eviction_matches_gumbel_topk_without_padding():
     scores = torch.randn(5, 3, 30, generator=torch.Generator().manual_seed(1))
     scores[..., :2] = float("inf")

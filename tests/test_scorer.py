@@ -586,6 +586,14 @@ def test_average_scores_the_mean_of_its_members_exactly():
     with pytest.raises(ForesightError, match=r"different top-k newcomer_bonus defaults \(\(in memory #0\): 0.02, "
                                              r"\(in memory #1\): none\); .*--newcomer-bonus"):
         Scorer.average([hot, cold])
+    # the default selection likewise (a sampled default beside top-k would be chosen by nobody)
+    cold.config.newcomer_bonus = 0.02
+    hot.config.selection = cold.config.selection = "sample"
+    assert Scorer.average([hot, cold]).config.selection == "sample"
+    cold.config.selection = None
+    with pytest.raises(ForesightError, match=r"different default selections \(\(in memory #0\): sample, "
+                                             r"\(in memory #1\): none\); .*--selection"):
+        Scorer.average([hot, cold])
     # the members' shared training data stays in the provenance (the held-out split names the validation problems)
     for i, m in enumerate(members):
         m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}

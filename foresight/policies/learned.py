@@ -16,10 +16,8 @@ from foresight.errors import ForesightError
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
-from foresight.scorer import Scorer
+from foresight.scorer import SELECTIONS, Scorer
 from foresight.views import EvictView, LayersView, StepView
-
-SELECTIONS = ("topk", "sample")
 
 
 @register_policy
@@ -34,7 +32,8 @@ class LearnedPolicy(EvictionPolicy):
     selection
         ``topk``: keep the highest scores (deterministic). ``sample``: draw the evicted set without
         replacement from *all* candidates by Plackett–Luce with logits ``-score / temperature``
-        (:func:`foresight.sampling.sample_eviction`, the very draw GRPO trains).
+        (:func:`foresight.sampling.sample_eviction`, the very draw GRPO trains). Default: the one the scorer
+        records (``selection`` in its config, chosen on held-out trace sets when it was exported), else ``topk``.
     temperature
         Temperature of ``sample``; default: the one the scorer was trained with (``temperature`` in its
         config, recorded by GRPO), else 1.0.
@@ -66,7 +65,7 @@ class LearnedPolicy(EvictionPolicy):
     observes: ClassVar[bool] = True
     observes_layers: ClassVar[bool] = True
     scorer: Any = None
-    selection: str = "topk"
+    selection: str | None = None
     temperature: float | None = None
     seed: int = 0
     newcomer_bonus: float | None = None
@@ -80,21 +79,15 @@ class LearnedPolicy(EvictionPolicy):
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
-        if self.selection not in SELECTIONS:
+        if self.selection is not None and self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}, got {self.selection!r}")
         if self.temperature is not None:
             check_range("temperature", self.temperature, 1e-6)
-            if self.selection != "sample":  # recorded with the results, it would claim a draw that never happened
-                raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
-                                 f"{self.selection}; drop it or add selection=sample")
         if self.newcomer_bonus is not None:
             check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
-            if self.spread and self.selection != "topk":  # a draw has no neighbour rule: recorded, never used
-                raise ValueError(f"spread={self.spread} is used by selection=topk only, and selection is "
-                                 f"{self.selection}")
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
             raise ValueError(f"score_momentum must be in [0, 1), got {self.score_momentum}")
         check_seed(self.seed)
@@ -108,6 +101,19 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer = self.scorer if isinstance(self.scorer, Scorer) else Scorer.from_pretrained(Path(self.scorer))
         self._scorer.eval()
         self._extractor = self._scorer.config.extractor()
+        self._check_selection_args()
+
+    def _check_selection_args(self) -> None:
+        """Refuse an argument the selection in use never reads: recorded with the results, it would claim a draw or
+        a neighbour rule that never happened."""
+        sel = self.applied_selection
+        how = "" if self.selection else " (this scorer's recorded default)"
+        if self.temperature is not None and sel != "sample":
+            raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
+                             f"{sel}{how}; drop it or add selection=sample")
+        if self.spread and sel != "topk":
+            raise ValueError(f"spread={self.spread} is used by selection=topk only, and selection is {sel}{how}; "
+                             "drop it or add selection=topk")
 
     def check_cache(self, budget, interval):
         cfg = self._scorer.config
@@ -118,6 +124,11 @@ class LearnedPolicy(EvictionPolicy):
             f"B={budget} W={interval} (its recent-query window is its W); use a scorer trained for this setting, or "
             "policy argument any_budget=true for a deliberate transfer experiment"
         )
+
+    @property
+    def applied_selection(self) -> str:
+        """The selection in use: explicit, else the scorer's recorded default, else ``topk``."""
+        return self.selection or self._scorer.config.selection or "topk"
 
     @property
     def sampling_temperature(self) -> float:
@@ -132,7 +143,7 @@ class LearnedPolicy(EvictionPolicy):
         explicit = getattr(self, name)
         if explicit is not None:
             return float(explicit)
-        return float(getattr(self._scorer.config, name) or 0.0) if self.selection == "topk" else 0.0
+        return float(getattr(self._scorer.config, name) or 0.0) if self.applied_selection == "topk" else 0.0
 
     @property
     def topk_spread(self) -> float:
@@ -156,6 +167,7 @@ class LearnedPolicy(EvictionPolicy):
         cfg = super().config()
         cfg["scorer"] = str(self.scorer) if not hasattr(self.scorer, "config") else "<in-memory>"
         cfg.pop("on_features", None)
+        cfg["selection"] = self.applied_selection  # the one used, recorded with results
         cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
         cfg["spread"] = self.topk_spread  # likewise
         cfg["newcomer_bonus"] = self.applied_newcomer_bonus
@@ -216,7 +228,7 @@ class LearnedPolicy(EvictionPolicy):
         return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gen)
 
     def select(self, scores, num_keep, view):
-        if self.selection == "topk":
+        if self.applied_selection == "topk":
             spread = self.topk_spread
             return spread_keep(scores, num_keep, spread) if spread else super().select(scores, num_keep, view)
         return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
