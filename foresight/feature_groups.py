@@ -23,6 +23,14 @@ superset's (:func:`feature_columns`).
     ``8 * G`` numbers, each mapped through ``log(x + 1e-6)`` (attention spans orders of magnitude).
 ``age``
     ``log1p(t - position)``, with ``t`` the newest position in the cache plus one; 1 number.
+``neighbors``
+    the candidate's two cache neighbours (the entries just before and after it in the cache as it stands, so what
+    earlier evictions left): ``log1p`` of the number of evicted positions between it and each (before the first
+    entry: its position), the cosine of its pre-RoPE key with each neighbour's, and ``log`` of each neighbour's
+    attention over the last ``W`` queries (mean over the query heads of the group). A missing neighbour (padding)
+    gives 0, 0 and ``log(1e-6)``. 6 numbers; needs what ``prekey`` needs. Top-k over per-entry scores evicts
+    near-tied runs of adjacent tokens as a block (``docs/results.md``, "Session 40"); these let a scorer see
+    whether an entry is the last survivor of its span.
 ``recency``
     per query head of the group, 2 numbers: ``log1p(t - last)`` and ``log1p(mri)``, LazyEviction's recurrence
     state (:mod:`foresight.recurrence`) with a query *activating* an entry when it pays it more than the uniform
@@ -32,6 +40,7 @@ superset's (:func:`feature_columns`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -106,6 +115,36 @@ def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tenso
     return torch.log1p((now - pos[..., :c]).clamp(min=0))[..., None]
 
 
+def _group_neighbors(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    b, h, n = view.positions.shape
+    m = c + 1  # the candidates and the first protected entry (n = c + W > c)
+    pos, valid = view.positions[..., :m].float(), view.valid[..., :m]
+    keys = torch.nn.functional.normalize(view.prerope_keys(m), dim=-1)
+    if st.rows is None or st.filled == 0:
+        attn = torch.zeros(b, h, m, device=pos.device)
+    else:
+        attn = st.last(ext.window, m).sum(3).mean(2)  # (b, h, m): each entry's last-W attention, mean over G
+    attn = torch.log(attn + LOG_EPS)
+    cand = valid[..., :c]
+    left = torch.zeros_like(cand)
+    left[..., 1:] = valid[..., : c - 1] & cand[..., 1:]
+    right = valid[..., 1:m] & cand
+    prev = torch.cat([torch.full_like(pos[..., :1], -1.0), pos[..., : c - 1]], dim=-1)
+    # before the first entry every position since 0 is gone: its gap is its own position
+    gap_left = torch.where(left, pos[..., :c] - prev - 1, pos[..., :c]).clamp(min=0) * cand
+    gap_right = torch.where(right, pos[..., 1:m] - pos[..., :c] - 1, torch.zeros_like(gap_left)).clamp(min=0)
+    cos_right = (keys[..., :c, :] * keys[..., 1:m, :]).sum(-1)
+    cos_left = torch.cat([torch.zeros_like(cos_right[..., :1]), cos_right[..., : c - 1]], dim=-1)
+    floor = math.log(LOG_EPS)
+    attn_left = torch.cat([torch.full_like(attn[..., :1], floor), attn[..., : c - 1]], dim=-1)
+    stats = torch.stack([
+        torch.log1p(gap_left), torch.log1p(gap_right),
+        torch.where(left, cos_left, 0.0), torch.where(right, cos_right, 0.0),
+        torch.where(left, attn_left, floor), torch.where(right, attn[..., 1:m], floor),
+    ], dim=-1)
+    return stats  # (b, h, c, 6)
+
+
 def _group_recency(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
     b, h, n = view.positions.shape
     g = ext.num_groups
@@ -127,6 +166,7 @@ FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
     "age": (lambda d, g: 1, _group_age),
     "recency": (lambda d, g: 2 * g, _group_recency),
     "prekey": (lambda d, g: d, _group_prekey),
+    "neighbors": (lambda d, g: 6, _group_neighbors),
 }
 DEFAULT_FEATURE_SET = ("key", "value", "attn")
 #: Groups whose columns depend only on the cache entry, fixed once it is written (not on the event): training stores

@@ -18,12 +18,16 @@ The ``recency`` features (LazyEviction's ``t - last`` and ``mri`` per query head
 when it pays it at least the uniform share of its attention) are checked the same way against plain-Python
 bookkeeping by logical position over every logged query.
 
+The ``neighbors`` features (each candidate's cache neighbours: evicted positions between, key cosines, their
+last-W attention) are checked against per-entry bookkeeping over the views.
+
 The scorer's feature standardisation is fitted on a seeded uniform sample of the events of all training traces
 (not the first events, i.e. the first trace or two).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import pytest
@@ -246,3 +250,61 @@ def test_sl_standardisation_is_fitted_on_events_of_all_training_traces(tmp_path,
     torch.testing.assert_close(task.module.feature_mean, x.mean(2))
     torch.testing.assert_close(task.module.feature_std, x.std(2, unbiased=False).clamp(min=1e-4))
     assert task.scorer_config.provenance["normalizer_events"] == 16
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The neighbours group: each candidate's cache neighbours, from the cache as the evictions left it
+# ---------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("align", ["replay", "generate"])
+def test_neighbor_features_equal_a_per_entry_reference(tiny, align):
+    """At every event, layer, row and KV head, the ``neighbors`` columns equal plain-Python bookkeeping over the
+    view: evicted positions between a candidate and its cache neighbours, the cosine of their pre-RoPE keys, and
+    each neighbour's last-W attention (the attn group's own sum over the last W queries, mean over the query
+    heads, where the neighbour is a candidate too). Odd per-head trajectories; a padded batch in generation."""
+    model, tok = tiny
+    fs = ("attn", "neighbors")
+    got = []
+
+    def on_event(view, feats):
+        c = view.num_candidates
+        got.append((view.positions.clone(), view.valid.clone(), view.prerope_keys(c + 1), c, feats.clone()))
+
+    rec = FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=fs, decay=DECAY), driver=_StepLog(),
+                          on_event=on_event)
+    if align == "replay":
+        foresight.replay(model, torch.randint(3, 250, (2, 48), generator=torch.Generator().manual_seed(5)), rec, B, W)
+    else:
+        foresight.generate(model, tok, [list(range(5, 35)), list(range(40, 52))], policy=rec, budget=B, interval=W,
+                           max_new_tokens=20, stop_on_eos=False, align="batch")
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    g = cfg.num_attention_heads // cfg.num_key_value_heads
+    attn_cols, nb_cols = (feature_columns((name,), fs, d, g) for name in fs)
+    floor, checked, gaps = torch.log(torch.tensor(LOG_EPS)).item(), 0, 0
+    for pos, valid, keys, c, feats in got:
+        nb, sum_w = feats[..., nb_cols], feats[..., attn_cols].unflatten(-1, (g, ATTN_STATS))[..., 2]
+        for bi in range(pos.shape[0]):
+            for hi in range(pos.shape[1]):
+                for i in range(c):
+                    if not valid[bi, hi, i]:
+                        continue
+                    p = pos[bi, hi].tolist()
+                    has_l, has_r = i > 0 and bool(valid[bi, hi, i - 1]), bool(valid[bi, hi, i + 1])
+                    gap_l = p[i] - p[i - 1] - 1 if has_l else p[i]
+                    gap_r = p[i + 1] - p[i] - 1 if has_r else 0
+                    k = torch.nn.functional.normalize(keys[bi, hi], dim=-1)
+                    cos_l = float(k[i] @ k[i - 1]) if has_l else 0.0
+                    cos_r = float(k[i] @ k[i + 1]) if has_r else 0.0
+                    want = torch.tensor([math.log1p(gap_l), math.log1p(gap_r), cos_l, cos_r])
+                    torch.testing.assert_close(nb[bi, hi, i, :4], want, rtol=1e-5, atol=1e-5)
+                    # a neighbour's attention: log(mean over G of sum_W), from the attn group's log(sum_W + eps)
+                    for col, j, has in ((4, i - 1, has_l), (5, i + 1, has_r)):
+                        if not has:
+                            assert nb[bi, hi, i, col].item() == pytest.approx(floor)
+                        elif j < c:
+                            mean = (sum_w[bi, hi, j].exp() - LOG_EPS).mean()
+                            assert nb[bi, hi, i, col].item() == pytest.approx(math.log(mean + LOG_EPS), abs=1e-4)
+                    checked += 1
+                    gaps += gap_l > 0
+    assert checked > 100 and gaps > 20  # evictions left holes: the gaps are exercised, not only zeros
