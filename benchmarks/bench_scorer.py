@@ -4,7 +4,8 @@
 traces are too short to label at B=256). Decoding cost does not depend on the weights — the feature extractor,
 the per-head MLP and the top-k are the same work — so a seeded, untrained scorer of the shipped scorer's
 feature set, width and recorded selection defaults (the default selection, its temperature, the top-k spread
-and newcomer bonus: the spread evicts one entry at a time) times the policy honestly. Its *quality* is meaningless: never evaluate it.
+and newcomer bonus: the spread evicts one entry at a time) times the policy honestly. Its *quality* is
+meaningless: never evaluate it.
 
     python benchmarks/bench_scorer.py --like smollm2-135m-b64-w16 --budget 256 --interval 64 \
         --out runs/bench_scorer_b256

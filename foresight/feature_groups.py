@@ -116,7 +116,7 @@ def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tenso
 
 
 def _group_neighbors(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
-    b, h, n = view.positions.shape
+    b, h, _ = view.positions.shape
     m = c + 1  # the candidates and the first protected entry (n = c + W > c)
     pos, valid = view.positions[..., :m].float(), view.valid[..., :m]
     keys = torch.nn.functional.normalize(view.prerope_keys(m), dim=-1)

@@ -19,7 +19,8 @@ The extractor is an *observer*: it sees every forward step of every layer throug
 
 Everything is kept aligned with the cache through :meth:`FeatureExtractor.on_evict` (the same gather the
 cache applies). At an event, :meth:`FeatureExtractor.features` returns (batch, Hkv, C, D) features of the C
-candidates, built by the groups of ``feature_set`` (:mod:`foresight.feature_groups`: key, value, attn, age, recency, prekey, neighbors).
+candidates, built by the groups of ``feature_set`` (:mod:`foresight.feature_groups`: key, value, attn, age,
+recency, prekey, neighbors).
 
 Normalisation: besides the fixed log transform above, features are standardised per (layer, KV head,
 feature) by the scorer with statistics fitted on events sampled uniformly across all training traces (see

@@ -60,7 +60,8 @@ def _members_agree(scorers: "list[Scorer]", key: str, what: str, fix: str) -> fl
 
     values = [getattr(s.config, key) for s in scorers]
     if len({norm(v) for v in values}) > 1:
-        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {show(v)}" for i, (s, v) in enumerate(zip(scorers, values)))
+        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {show(v)}"
+                         for i, (s, v) in enumerate(zip(scorers, values)))
         raise ForesightError(f"average: the scorers record different {what} ({each}); {fix}")
     return values[0]
 
@@ -179,7 +180,7 @@ class ScorerConfig:
                 raise ValueError(f"{name} must be a finite number >= 0 (or null), got {value}")
         if self.selection is not None and self.selection not in SELECTIONS:
             raise ValueError(f"selection must be one of {', '.join(SELECTIONS)} (or null), got {self.selection!r}")
-        if self.selection == "sample" and self.temperature is None:  # it would sample at 1.0, a temperature nobody chose
+        if self.selection == "sample" and self.temperature is None:  # it would sample at 1.0, which nobody chose
             raise ValueError("selection 'sample' needs a recorded temperature (the one its draws run at)")
         self.feature_set = check_feature_set(self.feature_set)
 

@@ -84,7 +84,8 @@ def test_sample_temperature_defaults_to_the_scorers(tmp_path):
     assert pol.sampling_temperature == 0.02 and pol.config()["temperature"] == 0.02
     assert make_policy("learned", scorer=str(tmp_path / "grpo"), selection="sample",
                        temperature=0.5).sampling_temperature == 0.5
-    with pytest.raises(ValueError, match="temperature=0.5 is used by selection=sample only"):  # top-k draws nothing
+    with pytest.raises(ValueError, match=r"temperature=0.5 is used by selection=sample only, and selection is topk "
+                                         r"\(the default\)"):  # top-k draws nothing; the scorer records no selection
         make_policy("learned", scorer=str(tmp_path / "grpo"), temperature=0.5)
     assert make_policy("learned", scorer=str(tmp_path / "sl")).sampling_temperature == 1.0  # nothing recorded
     with pytest.raises(ValueError, match="temperature"):
@@ -104,7 +105,8 @@ def test_recorded_selection_is_the_default_and_an_explicit_one_overrides_it(tmp_
     assert (default.applied_selection, default.topk_spread) == ("sample", 0.0)
     assert default.config()["selection"] == "sample" and default.config()["spread"] == 0.0
     run = replay(model, [ids], default, B, W)
-    explicit = replay(model, [ids], make_policy("learned", scorer=str(tmp_path / "s"), selection="sample", seed=5), B, W)
+    explicit = replay(model, [ids], make_policy("learned", scorer=str(tmp_path / "s"), selection="sample", seed=5),
+                      B, W)
     torch.testing.assert_close(run.ce[0], explicit.ce[0], equal_nan=True, rtol=0, atol=0)
     topk = make_policy("learned", scorer=str(tmp_path / "s"), selection="topk")
     assert (topk.applied_selection, topk.topk_spread, topk.config()["selection"]) == ("topk", 0.01, "topk")

@@ -107,7 +107,8 @@ class LearnedPolicy(EvictionPolicy):
         """Refuse an argument the selection in use never reads: recorded with the results, it would claim a draw or
         a neighbour rule that never happened."""
         sel = self.applied_selection
-        how = "" if self.selection else " (this scorer's recorded default)"
+        how = ("" if self.selection else " (this scorer's recorded default)" if self._scorer.config.selection
+               else " (the default)")
         if self.temperature is not None and sel != "sample":
             raise ValueError(f"temperature={self.temperature} is used by selection=sample only, and selection is "
                              f"{sel}{how}; drop it or add selection=sample")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from foresight.errors import ForesightError
+from foresight.scorer import SELECTIONS
 
 
 def register(sub) -> None:
@@ -19,7 +20,7 @@ def register(sub) -> None:
                    help="record S as the scorer's selection=topk spread (chosen on validation traces)")
     p.add_argument("--newcomer-bonus", type=float, default=None, metavar="B",
                    help="record B as the scorer's selection=topk newcomer bonus (chosen on validation traces)")
-    p.add_argument("--selection", choices=("topk", "sample"), default=None,
+    p.add_argument("--selection", choices=SELECTIONS, default=None,
                    help="record the learned policy's default selection for this scorer (sample needs a temperature)")
     p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
                    help="add KEY: TEXT to the exported provenance and model card (repeatable)")
