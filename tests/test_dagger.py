@@ -130,6 +130,12 @@ def test_config_keys_are_validated(data, tmp_path):
         _cfg(data, tmp_path, dagger_rounds=-1)
     with pytest.raises(ValueError, match="dagger_beta"):
         _cfg(data, tmp_path, dagger_beta=1.5)
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="dagger_temperature"):
+            _cfg(data, tmp_path, dagger_temperature=bad)
+    # recorded only when set: the settings of runs that never set it read as they always did
+    assert "dagger_temperature" not in _cfg(data, tmp_path).to_dict()
+    assert _cfg(data, tmp_path, dagger_temperature=0.005).to_dict()["dagger_temperature"] == 0.005
 
 
 def test_beta_one_replays_the_golden_trajectory(data):
@@ -215,6 +221,58 @@ def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
     recs = [r for r in _metrics(out) if r["kind"] == "eval"]
     assert [r["round"] for r in recs] == [0, 1] and all(0 <= r["overlap"] <= 1 for r in recs)
     assert recs[1]["onpolicy_events"] > 0 and recs[0]["onpolicy_events"] == 0
+
+
+def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
+    """dagger_temperature=T: where the scorer acts, the round's cache is the ``learned`` policy's under
+    selection=sample at T on the trace's own generator; the draws do not depend on the batching; T=0 is top-k."""
+    import datasets
+
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns
+    from foresight.policies import make_policy
+    from foresight.runtime import replay
+    from foresight.scorer import Scorer
+    from training.dagger import round_dir
+    from training.onpolicy import collect_onpolicy_events, draw_generator
+
+    root, _, _ = runs
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    rows = list(datasets.load_from_disk(str(data[0])))[:3]
+    ids, seqs = [r["trace_id"] for r in rows], [r["input_ids"] for r in rows]
+    scorer = Scorer.from_pretrained(round_dir(root / "dagger", 0) / "scorer")
+    cols = torch.tensor(feature_columns(scorer.config.feature_set, tuple(FEATURE_GROUPS),
+                                        model.config.head_dim,
+                                        model.config.num_attention_heads // model.config.num_key_value_heads))
+
+    def ext():
+        return FeatureExtractor(window=W, feature_set=tuple(FEATURE_GROUPS))
+
+    def rounds(temperature, batch):
+        return collect_onpolicy_events(model, seqs, ids, labels, scorer, ext, cols, B, W, 1, 0.0, 0, torch.float32,
+                                       batch, temperature)
+
+    topk, sampled, batched = rounds(0.0, 1), rounds(1.0, 1), rounds(1.0, 3)
+    for a, b in zip(sampled, batched):
+        assert torch.equal(a.positions, b.positions) and torch.equal(a.alpha, b.alpha)
+    assert any(not torch.equal(a.positions, b.positions) for a, b in zip(topk, sampled))
+    for tid, seq, rec, ref in zip(ids, seqs, sampled, topk):
+        for temperature, want in ((1.0, rec), (None, ref)):
+            seen = {}
+            args = dict(selection="sample", temperature=temperature) if temperature else {}
+            learned = make_policy("learned", scorer=scorer, **args, on_features=lambda v, f: seen.__setitem__(
+                (v.event, v.layer_idx), v.candidate_positions[0].clone()))
+            reset = learned.reset
+
+            def reset_on_the_rounds_generator(*a, reset=reset, learned=learned, tid=tid, **k):
+                reset(*a, **k)
+                learned._gen = draw_generator(0, 1, tid)
+
+            learned.reset = reset_on_the_rounds_generator
+            replay(model, [seq], learned, B, W)
+            for e in range(want.positions.shape[0]):
+                for layer in range(2):
+                    assert torch.equal(want.positions[e, layer], seen[(e, layer)].int()), (tid, temperature, e)
 
 
 def test_dagger_rounds_zero_is_todays_distillation(runs):

@@ -13,7 +13,9 @@ Rounds (``foresight train sl`` with ``dagger_rounds = R > 0``):
   (:class:`training.onpolicy.MixturePolicy`): at each event, with probability β_r = ``dagger_beta ** r`` (a
   seeded coin per (seed, round, trace, event), shared by all layers) the oracle acts (it evicts the W candidates
   of *this* cache with the lowest α, ties: the older entry first, as in :func:`golden.oracle.greedy_schedule`),
-  otherwise the scorer of round r-1 keeps its top-k. At every event the candidates π_r's cache holds are recorded
+  otherwise the scorer of round r-1 keeps its top-k, or, with ``dagger_temperature = T > 0``, draws the evicted
+  set by Plackett–Luce at T (the ``learned`` policy's ``selection=sample``, seeded per (seed, round, trace)), so
+  the rounds follow the trajectory of a scorer deployed sampling. At every event the candidates π_r's cache holds are recorded
   with their features, their α and the oracle's evict set for this cache; the rows are aggregated with those of
   all earlier rounds (golden rows included);
 * each round **retrains the scorer from scratch** (same seed, ``steps``, LR schedule, normaliser refitted on a
@@ -133,7 +135,7 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
             task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
             lambda: FeatureExtractor(window=cfg.interval, feature_set=tuple(FEATURE_GROUPS), decay=cfg.decay),
             task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
-            len(part))
+            len(part), cfg.dagger_temperature)
         for ev in events:
             save_events(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task), ROWS_FORMAT)
         bar.update(len(part))

@@ -2,7 +2,9 @@
 
 :class:`MixturePolicy` drives a replay: at each event either the oracle acts on *this* cache (the W candidates with
 the lowest foresight value α, ties older first: golden's own rule, so β = 1 replays the golden trajectory) or the
-scorer keeps its top-k; :func:`expert_events` draws which, seeded. At every event it hands the candidates the cache
+scorer acts: its top-k, or with ``temperature > 0`` its Plackett–Luce draw at that temperature
+(:func:`foresight.sampling.sample_eviction`, the ``learned`` policy's ``selection=sample``), so a round can follow
+the trajectory of the selection the scorer is deployed with; :func:`expert_events` draws which acts, seeded. At every event it hands the candidates the cache
 holds, their features (one :class:`~foresight.features.FeatureExtractor` with every feature group, of which the
 scorer reads its own columns: the features the ``learned`` policy builds) and their α
 (:meth:`golden.labels.TraceLabels.alpha_at`) to :func:`collect_onpolicy_events`, which stacks them per trace into
@@ -22,17 +24,29 @@ import torch
 from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
 from foresight.runtime import replay
+from foresight.sampling import kept_indices, sample_eviction
 from training.event_files import RecordedEvents, stack_events
 
 ROWS_FORMAT = "foresight-dagger-rows/1"  # the layout (dense or packed) is recorded beside it
 
 
+def trace_generator(seed: int, round_idx: int, trace_id: str, stream: str = "") -> torch.Generator:
+    """A CPU generator seeded by (seed, round, trace, stream) alone, so batching, ranks and resumes do not change
+    its draws."""
+    key = hashlib.sha256(f"{seed}\x00{round_idx}\x00{trace_id}{stream}".encode()).hexdigest()
+    return torch.Generator().manual_seed(int(key[:15], 16))
+
+
 def expert_events(seed: int, round_idx: int, trace_id: str, num_events: int, beta: float) -> torch.Tensor:
     """(num_events,) bool: at which events of a trace the oracle acts in round ``round_idx`` (probability
-    ``beta`` each); a pure function of its arguments, so batching, ranks and resumes do not change it."""
-    key = hashlib.sha256(f"{seed}\x00{round_idx}\x00{trace_id}".encode()).hexdigest()
-    gen = torch.Generator().manual_seed(int(key[:15], 16))
-    return torch.rand(num_events, generator=gen) < beta
+    ``beta`` each); a pure function of its arguments."""
+    return torch.rand(num_events, generator=trace_generator(seed, round_idx, trace_id)) < beta
+
+
+def draw_generator(seed: int, round_idx: int, trace_id: str) -> torch.Generator:
+    """The generator of the scorer's sampled evictions in one trace's replay of round ``round_idx`` (a stream of its
+    own: the expert coins are the same with and without sampling)."""
+    return trace_generator(seed, round_idx, trace_id, "\x00draw")
 
 
 def oracle_keep_scores(alpha: torch.Tensor) -> torch.Tensor:
@@ -49,12 +63,14 @@ RowHook = Callable[[int, Any, torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 @dataclass
 class MixturePolicy(EvictionPolicy):
-    """π_r: per event the oracle (where ``expert[trace][event]``) or the scorer's top-k, over one extractor.
+    """π_r: per event the oracle (where ``expert[trace][event]``) or the scorer, over one extractor.
 
     Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
     reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
-    ``on_row(b, view, features, alpha, evicted)`` receives each row's candidates before eviction: features
-    (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
+    The scorer keeps its top-k (``temperature`` 0) or draws the evicted set by Plackett–Luce at ``temperature``
+    from each trace's own :func:`draw_generator` (``seed``, ``round_idx``). ``on_row(b, view, features, alpha,
+    evicted)`` receives each row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict
+    set for this cache (Hkv, C).
     """
 
     name: ClassVar[str] = "dagger_mixture"
@@ -65,12 +81,17 @@ class MixturePolicy(EvictionPolicy):
     labels: dict | None = None
     expert: dict | None = None
     on_row: RowHook | None = None
+    temperature: float = 0.0
+    seed: int = 0
+    round_idx: int = 0
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, trace_ids=None, fingerprint=None, **meta):
         if trace_ids is None or len(trace_ids) != batch_size:
             raise ForesightError("the DAgger mixture policy needs trace_ids=[...] (one per row) to find α")
         self._rows = [self.labels[t] for t in trace_ids]
         self._expert = [self.expert[t] for t in trace_ids]
+        self._gens = [draw_generator(self.seed, self.round_idx, t) for t in trace_ids] if self.temperature else []
+        self._drawn: list[int] = []  # rows whose scorer acts at the current (event, layer), when sampling
         if self.scorer is not None:
             if fingerprint is not None:
                 self.scorer.check_compatible(fingerprint)
@@ -87,6 +108,7 @@ class MixturePolicy(EvictionPolicy):
         scores = pos.float().clone()  # recency for rows whose trace has ended (padding)
         learned = None
         n_evict = view.num_candidates - view.num_keep
+        self._drawn = []
         for b, lab in enumerate(self._rows):
             if view.event >= len(lab.events):
                 continue
@@ -104,7 +126,17 @@ class MixturePolicy(EvictionPolicy):
                         raise ForesightError(f"the round's scorer produced NaN/Inf scores at event {view.event}, "
                                              f"layer {view.layer_idx}; its training diverged (lower lr?)")
                 scores[b] = learned[b].float()
+                if self.temperature:
+                    self._drawn.append(b)
         return scores
+
+    def select(self, scores, num_keep, view):
+        keep = super().select(scores, num_keep, view)
+        c = scores.shape[-1]
+        for b in self._drawn:  # the learned policy's selection=sample, on this trace's own generator
+            order = sample_eviction(scores[b], c - num_keep, self.temperature, self._gens[b]).order
+            keep[b] = kept_indices(order, c, num_keep)
+        return keep
 
     def on_evict(self, layer_idx, keep):
         self.extractor.on_evict(layer_idx, keep)
@@ -113,12 +145,13 @@ class MixturePolicy(EvictionPolicy):
 def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, extractor_factory,
                             columns: torch.Tensor, budget: int, interval: int, round_idx: int, beta: float,
                             seed: int, feature_dtype: torch.dtype = torch.float16,
-                            batch_size: int = 1) -> list[RecordedEvents]:
+                            batch_size: int = 1, temperature: float = 0.0) -> list[RecordedEvents]:
     """Replay ``sequences`` under π_r and record, at every event, the candidates its cache holds: features
     (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one
     :class:`~training.event_files.RecordedEvents` per trace with events). ``labels`` maps trace id ->
     :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means the oracle acts at every event;
-    ``extractor_factory()`` returns a fresh full-feature-set extractor."""
+    ``extractor_factory()`` returns a fresh full-feature-set extractor; ``temperature`` > 0 samples the scorer's
+    evictions (:class:`MixturePolicy`)."""
     num_layers = model.config.num_hidden_layers
     out = []
     for s0 in range(0, len(sequences), batch_size):
@@ -132,7 +165,8 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
 
         expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
         policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
-                               expert=expert, on_row=on_row)
+                               expert=expert, on_row=on_row, temperature=temperature, seed=seed,
+                               round_idx=round_idx)
         replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
         for b, tid in enumerate(ids):
             labels[tid].release_foresight()  # read lazily from the label file: hold one batch's at a time

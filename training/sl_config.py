@@ -3,6 +3,7 @@ construction so that a typo fails before a model is loaded."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -46,6 +47,7 @@ class SLConfig(TrainerConfig):
     fidelity_max_traces: int = 0
     dagger_rounds: int = 0
     dagger_beta: float = 0.5
+    dagger_temperature: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
@@ -77,6 +79,14 @@ class SLConfig(TrainerConfig):
             raise ValueError(f"dagger_rounds must be >= 0 (0 = no on-policy rounds), got {self.dagger_rounds}")
         if not 0.0 <= self.dagger_beta <= 1.0:
             raise ValueError(f"dagger_beta must be in [0, 1], got {self.dagger_beta}")
+        if not (math.isfinite(self.dagger_temperature) and self.dagger_temperature >= 0.0):
+            raise ValueError(f"dagger_temperature must be >= 0 (0 = the scorer's top-k), got {self.dagger_temperature}")
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if not self.dagger_temperature:  # recorded only when set, so earlier runs' settings read as they were
+            d.pop("dagger_temperature")
+        return d
 
     @classmethod
     def keys(cls) -> list[str]:
