@@ -28,9 +28,7 @@ stamp "SL + 3 DAgger rounds, sampled rounds at T=0.005"
     $O/dagger_t005 dagger_temperature=0.005
 ev() {  # out [extra args]
   local out=$1; shift
-  [ -f $O/$out/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m \
-    --traces $E/val_traces --policies learned --scorer $O/dagger_t005/rounds/round-3/scorer --budget 64 \
-    --interval 16 --batch-size 4 --out $O/$out --quiet "$@"
+  PY=$PY bash benchmarks/quality/eval_learned.sh $O/dagger_t005/rounds/round-3/scorer $E/val_traces $O/$out 64 16 "$@"
 }
 stamp "validation"
 ev v_r3_topk --policy-arg selection=topk & p1=$!

@@ -33,9 +33,7 @@ stamp "SL nb"
     "feature_set=[prekey,value,attn,age,neighbors]"
 ev() {  # scorer out [extra args]
   local s=$1 out=$2; shift 2
-  [ -f $O/$out/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m \
-    --traces $E/val_traces --policies learned --scorer $s --budget 64 --interval 16 --batch-size 4 --out $O/$out \
-    --quiet "$@"
+  PY=$PY bash benchmarks/quality/eval_learned.sh $s $E/val_traces $O/$out 64 16 "$@"
 }
 stamp "validation"
 T=(--policy-arg selection=sample --policy-arg temperature=0.005)
