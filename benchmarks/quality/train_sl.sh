@@ -12,8 +12,8 @@ set -euo pipefail
 B=$1 W=$2 SL=$3; shift 3
 E=${E:-runs/quality} PY=${PY:-.venv/bin/python}
 resume=""; { [ -f $SL/rounds/dagger.json ] || [ -d $SL/checkpoints ]; } && resume="--resume"
-DS_ACCELERATOR=cpu $PY -m torch.distributed.run --nproc_per_node 2 --master_port ${PORT:-29811} \
-    -m foresight train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B${B}_W${W} \
+DS_ACCELERATOR=cpu $PY -m foresight launch --nproc-per-node 2 --master-port ${PORT:-29811} \
+    train sl --config configs/sl.yaml traces=$E/train_traces labels=$E/golden_train_B${B}_W${W} \
     budget=$B interval=$W heldout=8 steps=2400 eval_fidelity=false replay_batch_size=4 \
     "feature_set=[prekey,value,attn,age]" pair_weight=gap dagger_rounds=3 dagger_beta=0.5 \
     feature_cache=$E/features out_dir=$SL "$@" $resume

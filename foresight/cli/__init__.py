@@ -58,19 +58,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a broken installation: one line, the traceback behind --verbose
         if "--verbose" in raw or "-v" in raw:
             raise
-        print(f"foresight: internal error while loading the commands: {type(exc).__name__}: {_one_line(exc)}",
-              file=sys.stderr)
+        report(f"foresight: internal error while loading the commands: {type(exc).__name__}: {_one_line(exc)}")
         return 1
-    try:
-        args, extra = parser.parse_known_args(raw)
-        if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
-            if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
-                                                                          for x in extra):
-                args.overrides += extra
-            else:
-                parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    except SystemExit as exc:  # --help (0), or a usage error already printed (2)
-        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    args = _parse(parser, raw)
+    if isinstance(args, int):
+        return args
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -87,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ForesightError, ValueError, FileNotFoundError, OSError) as exc:
         if args.verbose:
             raise
-        print(f"foresight {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        report(f"foresight {args.command}: error: {_one_line(exc)}")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -95,9 +87,47 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not the user's input: still one line, the traceback behind --verbose
         if args.verbose:
             raise
-        print(f"foresight {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
-              "(rerun with --verbose for the traceback)", file=sys.stderr)
+        report(f"foresight {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+               "(rerun with --verbose for the traceback)")
         return 1
+
+
+def _parse(parser: argparse.ArgumentParser, raw: list[str]) -> argparse.Namespace | int:
+    """The parsed arguments, or the exit status of ``--help`` (0) or of a usage error already printed (2)."""
+    try:
+        args, extra = parser.parse_known_args(raw)
+        if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
+            if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
+                                                                          for x in extra):
+                args.overrides += extra
+            else:
+                parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    except SystemExit as exc:
+        return 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 2
+    return args
+
+
+def parse_command(raw: list[str]) -> int | None:
+    """Check ``raw`` (a command line after ``foresight``) as :func:`main` would parse it: None when it parses to a
+    command, else the exit status (its usage error printed as one line; ``--help`` printed, 0)."""
+    args = _parse(build_parser(), raw)
+    if isinstance(args, int):
+        return args
+    if not getattr(args, "func", None):
+        print(f"foresight: error: no command in {' '.join(raw)!r}", file=sys.stderr)
+        return 2
+    return None
+
+
+def report(line: str) -> None:
+    """Print an error line on stderr, or, in a rank started by ``foresight launch``, write it to the launcher's error
+    directory (one file per rank), which prints each distinct line once."""
+    where = os.environ.get("FORESIGHT_ERROR_DIR")
+    if where and os.path.isdir(where):
+        with open(os.path.join(where, f"rank-{int(os.environ.get('RANK', '0'))}.txt"), "a") as f:
+            f.write(line + "\n")
+    else:
+        print(line, file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:
