@@ -15,9 +15,9 @@ Rounds (``foresight train sl`` with ``dagger_rounds = R > 0``):
   of *this* cache with the lowest α, ties: the older entry first, as in :func:`golden.oracle.greedy_schedule`),
   otherwise the scorer of round r-1 keeps its top-k, or, with ``dagger_temperature = T > 0``, draws the evicted
   set by Plackett–Luce at T (the ``learned`` policy's ``selection=sample``, seeded per (seed, round, trace)), so
-  the rounds follow the trajectory of a scorer deployed sampling. At every event the candidates π_r's cache holds are recorded
-  with their features, their α and the oracle's evict set for this cache; the rows are aggregated with those of
-  all earlier rounds (golden rows included);
+  the rounds follow the trajectory of a scorer deployed sampling. At every event the candidates π_r's cache holds
+  are recorded with their features, their α and the oracle's evict set for this cache; the rows are aggregated
+  with those of all earlier rounds (golden rows included);
 * each round **retrains the scorer from scratch** (same seed, ``steps``, LR schedule, normaliser refitted on a
   seeded sample of the aggregate). As in Ross et al., a round's policy is the learner's best fit to the aggregate
   data, so round r depends on earlier rounds only through their data: rounds compare like for like (round 0 is

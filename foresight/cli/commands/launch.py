@@ -3,9 +3,9 @@ process), keeping the command line's contract that torchrun itself breaks.
 
 Under a bare ``torchrun -m foresight ...`` a refused input prints one line per rank and then torchrun's own report
 (a ``ChildFailedError`` traceback, exit status 1). Here the launched command's usage is checked before any process
-starts; each rank writes its error line to a file in a private directory (``FORESIGHT_ERROR_DIR``, read by
-:func:`foresight.cli.report`) instead of stderr, and the launcher prints the distinct lines once, in rank order,
-with exit status 2 when every failed rank refused its input (1 otherwise). torchrun's launch options are documented at
+starts; each rank writes its error line to a file in a private directory (``FORESIGHT_ERROR_DIR``; see
+:func:`foresight.cli.report`) instead of stderr, and the launcher prints the distinct lines once, in rank order, with
+the exit status of the first rank to fail: 2 when it refused its input, else 1. torchrun's launch options:
 https://pytorch.org/docs/stable/elastic/run.html; for several nodes use torchrun or DeepSpeed's launcher directly.
 """
 
@@ -36,7 +36,8 @@ def register(sub) -> None:
                        description="Run COMMAND (e.g. `train sl --config configs/sl.yaml`) on N ranks of this machine.")
     p.add_argument("--nproc-per-node", type=positive_int, default=2, help="ranks to start (default 2)")
     p.add_argument("--master-port", type=port, default=29500, help="rendezvous port (default 29500)")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND ...", help="the foresight command and its arguments")
+    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+                   help="the foresight command and its arguments")
     p.set_defaults(func=run)
 
 
