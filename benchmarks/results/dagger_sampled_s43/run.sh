@@ -26,17 +26,7 @@ stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 stamp "SL + 3 DAgger rounds, sampled rounds at T=0.005"
 [ -f $O/dagger_t005/rounds/round-3/scorer/config.json ] || E=$E PY=$PY bash benchmarks/quality/train_sl.sh 64 16 \
     $O/dagger_t005 dagger_temperature=0.005
-ev() {  # out [extra args]
-  local out=$1; shift
-  PY=$PY bash benchmarks/quality/eval_learned.sh $O/dagger_t005/rounds/round-3/scorer $E/val_traces $O/$out 64 16 "$@"
-}
 stamp "validation"
-ev v_r3_topk --policy-arg selection=topk & p1=$!
-ev v_r3_t005 --policy-arg selection=sample --policy-arg temperature=0.005 & p2=$!
-wait $p1; wait $p2
-F=fidelity.json:learned Q=benchmarks/results/temperature_s31/B64/quality.json
-{ $PY benchmarks/quality/compare.py $O/v_r3_t005/$F $Q:t005 --budget 64 --interval 16 --by-problem --gap $Q:tova
-  $PY benchmarks/quality/compare.py $O/v_r3_topk/$F $Q:topk --budget 64 --interval 16 --by-problem --gap $Q:tova
-} | tee $R/validation_compare.txt
+E=$E PY=$PY bash benchmarks/quality/vs_recipe_r3.sh $O/dagger_t005/rounds/round-3/scorer $O/v_r3 $R/validation_compare.txt
 cp $O/dagger_t005/metrics.jsonl $R/metrics_dagger_t005.jsonl
 stamp done
