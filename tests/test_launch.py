@@ -4,7 +4,6 @@ a refused input, no launcher traceback), where a bare ``torchrun`` adds its own 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,16 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from foresight.cli import report
-from foresight.cli.commands.launch import ERROR_DIR, _report_failure
+from foresight.cli import ERROR_DIR, report
+from foresight.cli.commands.launch import _report_failure
+from training.distributed import _free_port
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _launch(*argv: str) -> subprocess.CompletedProcess:

@@ -5,8 +5,9 @@ the lowest foresight value α, ties older first: golden's own rule, so β = 1 re
 scorer acts: its top-k, or with ``temperature > 0`` its Plackett–Luce draw at that temperature
 (:func:`foresight.sampling.sample_eviction`, the ``learned`` policy's ``selection=sample``), so a round can follow
 the trajectory of the selection the scorer is deployed with; :func:`expert_events` draws which acts, seeded. At
-every event it hands the candidates the cache holds, their features (one :class:`~foresight.features.FeatureExtractor` with every feature group, of which the
-scorer reads its own columns: the features the ``learned`` policy builds) and their α
+every event it hands the candidates the cache holds, their features (one
+:class:`~foresight.features.FeatureExtractor` with every feature group, of which the scorer reads its own columns: the
+features the ``learned`` policy builds) and their α
 (:meth:`golden.labels.TraceLabels.alpha_at`) to :func:`collect_onpolicy_events`, which stacks them per trace into
 :class:`~training.event_files.RecordedEvents` (the feature cache's type; saved as :data:`ROWS_FORMAT` files by
 :func:`~training.event_files.save_events`). The round logic (aggregation, retraining, resume) is

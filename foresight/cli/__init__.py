@@ -34,6 +34,7 @@ import golden  # noqa: F401  (registers the "golden" policy)
 from foresight.errors import ForesightError, OneLineParser
 
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback
+ERROR_DIR = "FORESIGHT_ERROR_DIR"  # set by `foresight launch` for its ranks: where :func:`report` writes their errors
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,7 +123,7 @@ def parse_command(raw: list[str]) -> int | None:
 def report(line: str) -> None:
     """Print an error line on stderr, or, in a rank started by ``foresight launch``, write it to the launcher's error
     directory (one file per rank), which prints each distinct line once."""
-    where = os.environ.get("FORESIGHT_ERROR_DIR")
+    where = os.environ.get(ERROR_DIR)
     if where and os.path.isdir(where):
         with open(os.path.join(where, f"rank-{int(os.environ.get('RANK', '0'))}.txt"), "a") as f:
             f.write(line + "\n")

@@ -18,10 +18,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from foresight.cli import ERROR_DIR
 from foresight.config import positive_int
 from foresight.errors import ForesightError
-
-ERROR_DIR = "FORESIGHT_ERROR_DIR"
 
 
 def port(text: str) -> int:
