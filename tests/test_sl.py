@@ -88,6 +88,54 @@ def test_gap_weighted_hinge_matches_double_loop(seed):
         pairwise_hinge_loss(scores, alpha, pair_weight="lambda")
 
 
+def _naive_boundary_hinge(scores, alpha, evicted, m):
+    """Gap-weighted pairs (i evicted, j kept) only; a row's loss is the weighted mean."""
+    total = 0.0
+    for layer in range(scores.shape[0]):
+        c = scores.shape[-1]
+        s, a, e = (t[layer].reshape(-1, c) for t in (scores, alpha, evicted))
+        rows = []
+        for r in range(s.shape[0]):
+            num = den = 0.0
+            for i, j in itertools.product(range(c), repeat=2):
+                w = a[r, j].item() - a[r, i].item()
+                if w > 0 and e[r, i] and not e[r, j]:
+                    num += w * max(0.0, m - (s[r, j].item() - s[r, i].item()))
+                    den += w
+            if den > 0:
+                rows.append(num / den)
+        total += sum(rows) / len(rows) if rows else 0.0
+    return total
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_boundary_weighted_hinge_matches_double_loop(seed):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, 3, 7, generator=g) * 0.02
+    alpha = torch.rand(2, 3, 7, generator=g) ** 3
+    evicted = torch.zeros(2, 3, 7, dtype=torch.bool)
+    evicted.scatter_(-1, alpha.argsort(-1)[..., :3], True)  # the oracle evicts the 3 lowest
+    evicted[1, 2] = False  # a row without an evicted entry has no boundary pair
+    total, _ = pairwise_hinge_loss(scores, alpha, margin=0.01, pair_weight="boundary", evicted=evicted)
+    assert total.item() == pytest.approx(_naive_boundary_hinge(scores, alpha, evicted, 0.01), rel=1e-5, abs=1e-7)
+    gap, _ = pairwise_hinge_loss(scores, alpha, margin=0.01, pair_weight="gap")
+    assert abs(total.item() - gap.item()) > 1e-4  # pairs on one side of the boundary no longer count
+    # scores that put every evicted entry a margin below every kept one, in the wrong order within each side:
+    # no boundary loss, while the gap weighting still counts the disorder
+    sep = -alpha + 2.0 * (~evicted).float()
+    assert pairwise_hinge_loss(sep, alpha, 0.01, pair_weight="boundary", evicted=evicted)[0].item() == 0.0
+    assert pairwise_hinge_loss(sep, alpha, 0.01, pair_weight="gap")[0].item() > 0.0
+    sampled = torch.stack([pairwise_hinge_loss(scores, alpha, 0.01, max_pairs=200, generator=g,
+                                               pair_weight="boundary", evicted=evicted)[0] for _ in range(100)])
+    assert sampled.mean().item() == pytest.approx(total.item(), rel=0.05)
+    with pytest.raises(ValueError, match="evicted"):
+        pairwise_hinge_loss(scores, alpha, pair_weight="boundary")
+    with pytest.raises(ValueError, match="evicted"):
+        pairwise_hinge_loss(scores, alpha, pair_weight="gap", evicted=evicted)
+    with pytest.raises(ValueError, match="shape"):
+        pairwise_hinge_loss(scores, alpha, pair_weight="boundary", evicted=evicted[..., :5])
+
+
 def test_sampled_pairs_estimate_the_full_loss():
     g = torch.Generator().manual_seed(0)
     scores, alpha = torch.randn(2, 6, 10, generator=g), torch.rand(2, 6, 10, generator=g)
@@ -261,6 +309,27 @@ def test_gradients_reach_only_the_scorer(tiny_data):
     loss.backward()
     assert all(p.grad is None for p in model.parameters())
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in scorer.parameters())
+
+
+def test_boundary_pairs_train_on_each_events_recorded_evict_set(tiny_data, tmp_path, monkeypatch):
+    import training.sl as sl_mod
+
+    seen = []
+
+    def spy(scores, alpha, *args):
+        seen.append((alpha.shape, args[-2], args[-1]))
+        return pairwise_hinge_loss(scores, alpha, *args)
+
+    monkeypatch.setattr(sl_mod, "pairwise_hinge_loss", spy)
+    sl_mod.run_sl(_cfg(tiny_data, tmp_path / "boundary", steps=3, pair_weight="boundary"))
+    assert len(seen) == 3
+    for shape, weight, evicted in seen:
+        assert weight == "boundary" and evicted.shape == shape and evicted.dtype == torch.bool
+        assert evicted.sum(-1).eq(W).all()  # the oracle's W evictions of each (layer, event, head) row
+    sl_mod.run_sl(_cfg(tiny_data, tmp_path / "gap", steps=3, pair_weight="gap"))
+    assert seen[-1][1:] == ("gap", None)
+    b, g = _weights(tmp_path / "boundary" / "scorer"), _weights(tmp_path / "gap" / "scorer")
+    assert any(not torch.equal(b[k], g[k]) for k in b)
 
 
 def _weights(path: Path) -> dict:

@@ -11,14 +11,17 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 
-#: Pair weightings of :func:`pairwise_hinge_loss`: ``uniform`` (DESIGN.md: every ordered pair counts once) and
-#: ``gap`` (a pair counts by how much attention a mis-ordering loses, ``alpha_j - alpha_i``, LambdaRank-style).
-PAIR_WEIGHTS = ("uniform", "gap")
+#: Pair weightings of :func:`pairwise_hinge_loss`: ``uniform`` (DESIGN.md: every ordered pair counts once),
+#: ``gap`` (a pair counts by how much attention a mis-ordering loses, ``alpha_j - alpha_i``, LambdaRank-style) and
+#: ``boundary`` (``gap``, restricted to the pairs across the oracle's evict/keep boundary: the only swaps that change
+#: which entries an eviction removes).
+PAIR_WEIGHTS = ("uniform", "gap", "boundary")
 
 
 def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float = 0.01, max_pairs: int = 0,
                         generator: torch.Generator | None = None,
-                        pair_weight: str = "uniform") -> tuple[torch.Tensor, torch.Tensor]:
+                        pair_weight: str = "uniform",
+                        evicted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Pairwise ranking hinge loss of keep scores against foresight values (DESIGN.md section 4).
 
     Rows are the leading dims after the first (events x heads); the first dim is the layer. With targets
@@ -34,6 +37,11 @@ def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float
     (most pairs: α spans orders of magnitude) no longer outweigh the few that decide what an eviction costs
     (Burges, "From RankNet to LambdaRank to LambdaMART", 2010, weights pairs by the metric change likewise).
 
+    ``pair_weight="boundary"`` keeps the ``gap`` weight only for pairs with ``i`` in the oracle's evict set and ``j``
+    outside it (``evicted``, bool, the shape of ``alpha``, required). An eviction removes the lowest-scored entries,
+    so the order of two entries on the same side never changes what it removes: LambdaRank's weight, the metric
+    change of a swap, is zero for them. Here the metric is the future attention an eviction removes.
+
     Returns
     -------
     (total, per_layer)
@@ -41,20 +49,29 @@ def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float
     """
     if pair_weight not in PAIR_WEIGHTS:
         raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {pair_weight!r}")
+    if (pair_weight == "boundary") != (evicted is not None):
+        raise ValueError("pair_weight='boundary' needs the oracle's `evicted` mask, and only it uses one")
+    if evicted is not None and evicted.shape != alpha.shape:
+        raise ValueError(f"evicted has shape {tuple(evicted.shape)}, alpha {tuple(alpha.shape)}")
     L, c = scores.shape[0], scores.shape[-1]
     s = scores.reshape(L, -1, c)
     a = alpha.reshape(L, -1, c).to(s.dtype)
+    ev = None if evicted is None else evicted.reshape(L, -1, c).to(s.device, torch.bool)
     if max_pairs and max_pairs < c * c:
         gen_dev = "cpu"
         i = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
         j = torch.randint(c, (L, s.shape[1], max_pairs), generator=generator, device=gen_dev).to(s.device)
         ai, aj = a.gather(-1, i), a.gather(-1, j)
-        pair = (aj - ai).clamp(min=0) if pair_weight == "gap" else (ai < aj).to(s.dtype)
+        pair = (aj - ai).clamp(min=0) if pair_weight != "uniform" else (ai < aj).to(s.dtype)
+        if ev is not None:
+            pair = pair * (ev.gather(-1, i) & ~ev.gather(-1, j))
         hinge = torch.relu(margin - (s.gather(-1, j) - s.gather(-1, i)))
         num, den = (pair * hinge).sum(-1), pair.sum(-1)
     else:
         diff = a[..., None, :] - a[..., :, None]  # diff[i, j] = alpha_j - alpha_i
-        pair = diff.clamp(min=0) if pair_weight == "gap" else (diff > 0).to(s.dtype)  # pair[i, j]: alpha_i < alpha_j
+        pair = diff.clamp(min=0) if pair_weight != "uniform" else (diff > 0).to(s.dtype)  # pair[i, j]: alpha_i < alpha_j
+        if ev is not None:
+            pair = pair * (ev[..., :, None] & ~ev[..., None, :])  # i evicted, j kept
         hinge = torch.relu(margin - (s[..., None, :] - s[..., :, None]))  # m - (s_j - s_i)
         num, den = (pair * hinge).sum((-1, -2)), pair.sum((-1, -2))
     has = den > 0

@@ -148,10 +148,12 @@ class SLTask:
         idx = torch.tensor(items)
         x = self.train["features"][idx].to(self.dist.device).float().transpose(0, 1)  # (L, e, K, C, D)
         alpha = self.train["alpha"][idx].to(self.dist.device).transpose(0, 1)
+        evicted = (self.train["evicted"][idx].to(self.dist.device).transpose(0, 1)
+                   if self.cfg.pair_weight == "boundary" else None)
         scores = model(x)
         gen = torch.Generator().manual_seed(self.cfg.seed * 7919 + step * 104729 + self.dist.rank)
         total, _ = pairwise_hinge_loss(scores, alpha, self.cfg.margin, self.cfg.max_pairs, gen,
-                                       self.cfg.pair_weight)
+                                       self.cfg.pair_weight, evicted)
         return total, {}
 
     @torch.no_grad()
