@@ -18,19 +18,12 @@ pair() {
 }
 echo "== $(date -u +%FT%TZ) beyond"
 pair $E/heldout_traces held; pair $E/heldout_extra16_traces x16; pair $E/extra16x3_traces x16x3; pair $E/aime/traces aime
-T=$R/temperature_s31 D=$R/quality_B64_prekey_dagger F=fidelity.json:learned En=$R/ensemble_s33
+F=fidelity.json:learned En=$R/ensemble_s33 Q3=$R/extra16x3_s31/B64/quality.json
 GH=$R/quality_B64_recipe336/quality.json:tova GX=$R/quality_B64_recipe336/extra16/quality.json:tova
-GA=$R/quality_B64_aime/quality.json:tova Q3=$R/extra16x3_s31/B64/quality.json
+GA=$R/quality_B64_aime/quality.json:tova
 cmp() { echo "# $1  -  $2"; $PY benchmarks/quality/compare.py "$@" --budget 64 --interval 16; }
-{ echo "## against the recipe's round 3 (gap loss, same seed)"
-  cmp $O/held_t005/$F $T/B64_t005_held/$F --gap $GH
-  cmp $O/held_topk/$F $T/B64_topk_held/$F --gap $GH
-  cmp $O/x16_t005/$F $T/B64_t005_x16/$F --gap $GX
-  cmp $O/x16_topk/$F $D/extra16/r3/$F --gap $GX
-  cmp $O/x16x3_t005/$F $Q3:sample --gap $Q3:tova --by-problem
-  cmp $O/x16x3_topk/$F $Q3:topk --gap $Q3:tova --by-problem
-  cmp $O/aime_t005/$F $T/B64_t005_aime/$F --gap $GA
-  cmp $O/aime_topk/$F $R/quality_aime_packaged/ev64/$F --gap $GA
+{ echo "## against the recipe's round 3 (gap loss, same seed): benchmark, extra16, extra16x3, AIME; sampled, top-k"
+  PY=$PY bash benchmarks/quality/beyond_vs_recipe_r3.sh $O
   echo "## sampled, against the packaged ensemble (three gap-loss runs)"
   cmp $O/held_t005/$F $En/held_t005/$F --gap $GH
   cmp $O/x16_t005/$F $En/x16_t005/$F --gap $GX

@@ -54,16 +54,5 @@ ev $O/avg3 $E/heldout_traces held_t005 sample & p1=$!; ev $O/avg3 $E/heldout_tra
 ev $O/avg3 $X x16_t005 sample & p1=$!; ev $O/avg3 $X x16_topk & p2=$!; wait $p1; wait $p2
 ev $O/avg3 $X3 x16x3_t005 sample & p1=$!; ev $O/avg3 $X3 x16x3_topk & p2=$!; wait $p1; wait $p2
 ev $O/avg3 $A aime_t005 sample & p1=$!; ev $O/avg3 $A aime_topk & p2=$!; wait $p1; wait $p2
-T=benchmarks/results/temperature_s31 D=benchmarks/results/quality_B64_prekey_dagger F=fidelity.json:learned
-GH=benchmarks/results/quality_B64_recipe336/quality.json:tova GX=benchmarks/results/quality_B64_recipe336/extra16/quality.json:tova
-GA=benchmarks/results/quality_B64_aime/quality.json:tova Q3=benchmarks/results/extra16x3_s31/B64/quality.json
-{ cmp $O/held_t005/$F $T/B64_t005_held/$F --gap $GH
-  cmp $O/held_topk/$F $T/B64_topk_held/$F --gap $GH
-  cmp $O/x16_t005/$F $T/B64_t005_x16/$F --gap $GX
-  cmp $O/x16_topk/$F $D/extra16/r3/$F --gap $GX
-  cmp $O/x16x3_t005/$F $Q3:sample --gap $Q3:tova --by-problem
-  cmp $O/x16x3_topk/$F $Q3:topk --gap $Q3:tova --by-problem
-  cmp $O/aime_t005/$F $T/B64_t005_aime/$F --gap $GA
-  cmp $O/aime_topk/$F benchmarks/results/quality_aime_packaged/ev64/$F --gap $GA
-} | tee $O/beyond_compare.txt
+PY=$PY bash benchmarks/quality/beyond_vs_recipe_r3.sh $O | tee $O/beyond_compare.txt
 echo "== $(date -u +%FT%TZ) done"
