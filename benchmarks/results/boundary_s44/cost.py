@@ -5,7 +5,8 @@ traces held out inside training (the recipe's split: heldout=8, split_seed 0; fe
 runs/quality/features), for each scorer and each (event, layer, KV head) row, the summed foresight value α of the W
 entries it would evict, top-k and sampled at T=0.005 (the `learned` policy's Plackett–Luce draw, 8 draws a row, seeded),
 divided by golden's (the least any eviction can remove), pooled over rows. Also the share of those draws that evict
-an entry of the top half of the row's α (an entry the oracle ranks well inside the kept set).
+an entry of the top half of the row's α (an entry the oracle ranks well inside the kept set), and the median over
+rows of the standard deviation of a row's scores (the scale a sampling temperature acts on).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ def main(specs: list[str]) -> None:
             lost_s += alpha.gather(-1, idx).sum().item() / DRAWS
             hit += upper.gather(-1, idx).float().mean().item() / DRAWS
         print(f"{name}: removed α / golden's: top-k {lost_topk / golden:.3f}, sampled T={T} {lost_s / golden:.3f}; "
-              f"sampled evictions from the top half of α {hit:.2%} (top-k {upper.gather(-1, topk).float().mean():.2%})")
+              f"sampled evictions from the top half of α {hit:.2%} (top-k {upper.gather(-1, topk).float().mean():.2%}); "
+              f"median row score std {s.std(-1).median():.4f}")
 
 
 if __name__ == "__main__":
