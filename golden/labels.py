@@ -72,6 +72,12 @@ class EventLabel:
     alpha: torch.Tensor
     evicted: torch.Tensor
 
+    def evicted_mask(self, layer: int | None = None) -> torch.Tensor:
+        """Bool mask over ``candidates`` ((L, Hkv, C), or (Hkv, C) of one ``layer``) of the entries the oracle
+        evicts."""
+        cand, ev = (self.candidates, self.evicted) if layer is None else (self.candidates[layer], self.evicted[layer])
+        return (cand[..., :, None] == ev[..., None, :]).any(-1)
+
 
 @dataclass
 class TraceLabels:

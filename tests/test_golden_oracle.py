@@ -181,6 +181,7 @@ def test_golden_policy_scores_are_alpha(tiny_llama):
     s = captured[(0, 1)][0]
     is_ev = (ev.candidates[1][:, :, None] == ev.evicted[1][:, None, :]).any(-1)  # per KV head
     assert is_ev.sum(-1).tolist() == [10, 10]
+    assert torch.equal(ev.evicted_mask(1), is_ev) and torch.equal(ev.evicted_mask()[1], is_ev)
     assert torch.isinf(s[is_ev]).all() and (s[is_ev] < 0).all()
     torch.testing.assert_close(s[~is_ev], ev.alpha[1][~is_ev])
 

@@ -63,7 +63,7 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
                 if cand.shape != pos.shape or not torch.equal(cand.to(pos.dtype), pos):
                     raise ForesightError(f"trace {tid!r}: replayed cache does not match the golden labels at "
                                          f"event {view.event}, layer {view.layer_idx}")
-                ev_mask = (cand[..., :, None] == ev.evicted[view.layer_idx][..., None, :]).any(-1)
+                ev_mask = ev.evicted_mask(view.layer_idx)
                 rec.setdefault((b, view.event), {})[view.layer_idx] = (
                     feats[b].detach().to("cpu", feature_dtype), ev.alpha[view.layer_idx].float(), ev_mask, pos.int()
                 )

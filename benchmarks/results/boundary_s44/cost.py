@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from foresight.features import FEATURE_GROUPS, feature_columns
-from foresight.sampling import sample_eviction
+from foresight.sampling import sample_eviction, top_keep
 from foresight.scorer import Scorer
 from training.sl import SLData
 from training.sl_config import SLConfig
@@ -47,7 +47,9 @@ def main(specs: list[str]) -> None:
         with torch.no_grad():
             s = torch.cat([sc(val["features"][i:i + 8].float().transpose(0, 1)).transpose(0, 1)
                            for i in range(0, alpha.shape[0], 8)])
-        topk = s.argsort(dim=-1, stable=True)[..., :w]
+        c = s.shape[-1]  # top-k evicts what the learned policy's top_keep does not keep (ties: the older kept)
+        out = torch.ones_like(s, dtype=torch.bool).scatter_(-1, top_keep(s, c - w), False)
+        topk = out.nonzero()[:, -1].view(*s.shape[:-1], w)
         lost_topk = alpha.gather(-1, topk).sum()
         gen = torch.Generator().manual_seed(0)
         lost_s, hit = 0.0, 0.0

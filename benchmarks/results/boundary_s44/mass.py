@@ -23,7 +23,7 @@ def main(path: str = "runs/quality/golden_train_B64_W16", n: int = 20) -> None:
     for t in ids:
         for ev in labels[t].events:
             a = ev.alpha.float()  # (L, Hkv, C)
-            e = (ev.candidates[..., :, None] == ev.evicted[..., None, :]).any(-1)  # the evict set as a mask
+            e = ev.evicted_mask()
             w = (a[..., None, :] - a[..., :, None]).clamp(min=0)  # w[i, j] = alpha_j - alpha_i
             row_all, row_cross = w.sum((-1, -2)), (w * (e[..., :, None] & ~e[..., None, :])).sum((-1, -2))
             rows.append((row_cross / row_all.clamp(min=1e-12)).flatten())
