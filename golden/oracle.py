@@ -21,7 +21,7 @@ ForesightKV, "Learning to Evict: ForesightKV for Long-Context Reasoning" (Golden
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Callable, ClassVar, Sequence
 
 import torch
 
@@ -38,6 +38,41 @@ DEFAULT_CHUNK = 256
 Pieces = Sequence[tuple[int, int, bool]]
 
 
+def _attention(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The softmax attention a query pays an entry: DESIGN.md section 3's measure."""
+    return probs
+
+
+def _output_error(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """How far evicting entry ``i`` alone moves query ``q``'s attention output: ``p/(1 − p) · ‖v_i − o_q‖``.
+
+    After the renormalisation the output ``o = Σ_j p_j v_j`` becomes ``(o − p_i v_i) / (1 − p_i)``, so it moves
+    by exactly that much (Goel et al., "CAOTE: KV Caching through Attention Output Error based Token Eviction",
+    2025, https://arxiv.org/abs/2504.14051, which applies it to the newest query; here every future query). An
+    entry a query attends to alone (``p = 1``, so ``v_i = o_q``) moves nothing.
+    """
+    n = probs.shape[-1]
+    v = values[..., :n, :].float()[:, :, None].expand(*probs.shape[:3], n, -1)  # (b, Hkv, G, n, d)
+    out = probs @ v  # (b, Hkv, G, q, d)
+    dist = torch.cdist(out, v, compute_mode="donot_use_mm_for_euclid_dist")  # (b, Hkv, G, q, n), exact
+    return probs / (1 - probs).clamp(min=1e-4) * dist
+
+
+#: What a query's "attention" to an entry means to the oracle: name -> weight of (probs, values), the same shape
+#: as ``probs``. ``attention`` is DESIGN.md's; ``output`` weighs each entry by how far its eviction moves the output.
+MEASURES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "attention": _attention,
+    "output": _output_error,
+}
+
+
+def check_measure(measure: str) -> str:
+    """``measure`` if it names one of :data:`MEASURES`, else a ValueError naming the choices."""
+    if measure not in MEASURES:
+        raise ValueError(f"unknown oracle measure {measure!r}: choose one of {', '.join(MEASURES)}")
+    return measure
+
+
 @dataclass
 class BlockAttentionObserver(EvictionPolicy):
     """Observing, never-evicting policy that sums attention probabilities into (key, query block) cells.
@@ -50,6 +85,8 @@ class BlockAttentionObserver(EvictionPolicy):
         (N,) block index of every position.
     num_blocks
         Number of blocks.
+    measure
+        What is summed, a name in :data:`MEASURES` (default the attention probabilities).
     """
 
     name: ClassVar[str] = "block_attention"
@@ -57,6 +94,10 @@ class BlockAttentionObserver(EvictionPolicy):
     evicts: ClassVar[bool] = False
     block_of: torch.Tensor = None
     num_blocks: int = 0
+    measure: str = "attention"
+
+    def __post_init__(self):
+        self._weigh = MEASURES[check_measure(self.measure)]
 
     def reset(self, batch_size, num_layers, device, **meta):
         if batch_size != 1:
@@ -65,7 +106,7 @@ class BlockAttentionObserver(EvictionPolicy):
         self._block_of = self.block_of.to(device)
 
     def observe(self, view):
-        probs = view.probs  # (1, Hkv, G, q, n) fp32, the new queries over the whole (full) cache
+        probs = self._weigh(view.probs, view.values)  # (1, Hkv, G, q, n) fp32: the new queries over the full cache
         n = probs.shape[-1]
         acc = self.sums[view.layer_idx]
         if acc is None:
@@ -87,7 +128,8 @@ def block_index(pieces: Pieces, length: int) -> tuple[torch.Tensor, torch.Tensor
     return block_of, sizes
 
 
-def block_attention(model, input_ids, budget: int, interval: int, chunk: int | None = None):
+def block_attention(model, input_ids, budget: int, interval: int, chunk: int | None = None,
+                    measure: str = "attention"):
     """Block-averaged attention ā (L, Hkv, N, n_blocks) of one trace, and its blocks.
 
     Parameters
@@ -99,6 +141,9 @@ def block_attention(model, input_ids, budget: int, interval: int, chunk: int | N
     chunk
         Queries per forward step of the full-cache pass (default :data:`DEFAULT_CHUNK`, at least W); only
         changes speed and transient memory.
+    measure
+        What is averaged (:data:`MEASURES`): the attention probabilities (default) or ``output``, each entry's
+        attention-output error.
 
     Returns
     -------
@@ -110,7 +155,7 @@ def block_attention(model, input_ids, budget: int, interval: int, chunk: int | N
     n = ids.shape[1]
     pieces = replay_schedule(n, budget, interval)
     block_of, sizes = block_index(pieces, n)
-    observer = BlockAttentionObserver(block_of=block_of, num_blocks=len(pieces))
+    observer = BlockAttentionObserver(block_of=block_of, num_blocks=len(pieces), measure=measure)
     replay(model, ids, policy=observer, budget=None, interval=interval, chunk=chunk or max(interval, DEFAULT_CHUNK))
     abar = torch.stack(observer.sums)  # (L, Hkv, N, nb)
     groups = model.config.num_attention_heads // (model.config.num_key_value_heads or model.config.num_attention_heads)
@@ -185,11 +230,13 @@ def event_foresight(future: torch.Tensor, pieces: Pieces) -> torch.Tensor:
 
 
 def label_trace(
-    model, input_ids, budget: int, interval: int, trace_id: str = "", chunk: int | None = None
+    model, input_ids, budget: int, interval: int, trace_id: str = "", chunk: int | None = None,
+    measure: str = "attention",
 ) -> TraceLabels:
     """Golden labels of one trace at budget B and interval W (events fire exactly where replay's do), with the
-    foresight values of every position at every event (:func:`event_foresight`)."""
-    abar, pieces = block_attention(model, input_ids, budget, interval, chunk)
+    foresight values of every position at every event (:func:`event_foresight`); ``measure`` as in
+    :func:`block_attention`."""
+    abar, pieces = block_attention(model, input_ids, budget, interval, chunk, measure)
     events = greedy_schedule(abar, pieces, budget, interval, inplace=True)  # abar now holds its suffix maxima
     return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids),
                        foresight=event_foresight(abar, pieces))

@@ -12,7 +12,7 @@ from foresight.fingerprint import check_same_model, weights_dtype
 from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
 from golden.labels import LabelMismatchError, check_label_tokens, read_label_file, save_labels
-from golden.oracle import label_trace
+from golden.oracle import check_measure, label_trace
 from golden.sharding import (
     atomic_output,
     check_shard,
@@ -55,16 +55,19 @@ def label_traces(
     limit: int | None = None,
     allow_other_model: bool = False,
     chunk: int | None = None,
+    measure: str = "attention",
     progress: bool = True,
 ) -> LabelSummary:
     """Write Golden Eviction labels for the traces in ``traces`` to ``out_dir``.
 
     Traces of at most ``B + W`` tokens are skipped (counted in the summary): no eviction happens before they
-    end. Rerunning finishes the remaining shards; rerunning with another model, B or W into the same
+    end. ``measure`` is the oracle's (:data:`golden.oracle.MEASURES`), recorded in the plan when it is not the
+    default. Rerunning finishes the remaining shards; rerunning with another model, B, W or measure into the same
     directory raises :class:`ForesightError`, and so does rerunning with other traces under the same ids (a
     finished shard's token hashes differ).
     """
     CacheConfig(budget, interval)  # validates B > W > 0
+    check_measure(measure)
     if traces_per_shard < 1:
         raise ValueError(f"traces_per_shard must be >= 1, got {traces_per_shard}")
     ds = load_traces(traces)
@@ -95,10 +98,11 @@ def label_traces(
         "skipped": [ids[i] for i in range(len(ids)) if lengths[i] <= budget + interval],
         "units": [{"shard": _shard_name(u), "trace_ids": [ids[i] for i in unit]} for u, unit in enumerate(units)],
         **weights_dtype(model),  # a resume in another precision would label other shards with other evictions
+        **({} if measure == "attention" else {"measure": measure}),  # absent: DESIGN.md's (plans before it)
     }
     out = Path(out_dir)
     rank, world = rank_world()  # before anything is written
-    ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units", "dtype"),
+    ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units", "dtype", "measure"),
                 units_from="--traces, --limit, --traces-per-shard, --budget and --interval")
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])
@@ -123,7 +127,8 @@ def label_traces(
         for u in todo:
             labels = []
             for i in units[u]:
-                labels.append(label_trace(model, ds[i]["input_ids"], budget, interval, ids[i], chunk=chunk))
+                labels.append(label_trace(model, ds[i]["input_ids"], budget, interval, ids[i], chunk=chunk,
+                                          measure=measure))
                 bar.update(1)
             with atomic_output(shard_path(out, _shard_name(u))) as tmp:
                 save_labels(tmp, labels)

@@ -56,6 +56,48 @@ def test_block_attention_matches_eager(name, budget, interval, n):
     torch.testing.assert_close(abar.sum(2), torch.ones_like(abar.sum(2)))
 
 
+def naive_output_error(model, ids: torch.Tensor, pieces) -> torch.Tensor:
+    """The ``output`` measure from eager attention and the full cache's values, by plain loops over query heads:
+    p/(1 - p) * |v_i - o_q| with o_q = sum_i p_i v_i, averaged over each group's heads and each block's queries."""
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = model(ids[None], output_attentions=True, use_cache=True)
+    finally:
+        model.set_attn_implementation("sdpa")
+    hkv = model.config.num_key_value_heads
+    per_layer = []
+    for layer, att in enumerate(out.attentions):
+        p = att[0].double()  # (Hq, N, N)
+        v = out.past_key_values.layers[layer].values[0].double()  # (Hkv, N, d)
+        g = p.shape[0] // hkv
+        err = torch.zeros(hkv, p.shape[1], p.shape[2], dtype=torch.float64)
+        for h in range(p.shape[0]):
+            vh = v[h // g]
+            o = p[h] @ vh  # (N queries, d)
+            dist = (vh[None, :, :] - o[:, None, :]).norm(dim=-1)  # (queries, keys)
+            err[h // g] += torch.where(p[h] < 1, p[h] / (1 - p[h]).clamp(min=1e-4) * dist, 0.0) / g
+        per_layer.append(err)
+    err = torch.stack(per_layer)  # (L, Hkv, queries, keys)
+    return torch.stack([err[:, :, s:e, :].mean(2) for s, e, _ in pieces], dim=-1).float()
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen3"])
+def test_output_measure_matches_brute_force(name):
+    model, _ = get_model(name)
+    ids = _ids(97, seed=5)
+    abar, pieces = block_attention(model, ids, 32, 8, measure="output", chunk=24)
+    ref = naive_output_error(model, ids, pieces)
+    assert abar.shape == ref.shape
+    torch.testing.assert_close(abar, ref, atol=1e-5, rtol=1e-4)
+    att, _ = block_attention(model, ids, 32, 8)
+    assert not torch.allclose(abar, att)  # a different measure, so (in general) other labels
+    labels = label_trace(model, ids, 32, 8, "t", measure="output")
+    assert [e.end for e in labels.events] == [e.end for e in label_trace(model, ids, 32, 8, "t").events]
+    with pytest.raises(ValueError, match="unknown oracle measure 'values'"):
+        block_attention(model, ids, 32, 8, measure="values")
+
+
 def test_block_attention_independent_of_chunk(tiny_llama):
     model, _ = tiny_llama
     ids = _ids(120, seed=3)

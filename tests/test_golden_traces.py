@@ -397,6 +397,11 @@ def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     assert "different interval (40 there, 32 now)" in capsys.readouterr().err
     assert cli_main([*base, "--budget", "100", "--interval", "40"]) == 2
     assert "different budget" in capsys.readouterr().err
+    # the oracle's measure is part of what a directory holds: a resume with another is refused, naming both
+    assert cli_main([*base, "--budget", "200", "--interval", "40", "--measure", "output"]) == 2
+    assert 'different measure (null there, "output" now)' in capsys.readouterr().err
+    assert cli_main([*base, "--budget", "200", "--interval", "40", "--measure", "values"]) == 2
+    assert "invalid choice: 'values'" in capsys.readouterr().err
     other = ["golden", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--out", str(tmp_path / "q"), "--no-progress"]
     assert cli_main([*other, "--budget", "64", "--interval", "16"]) == 2
     err = capsys.readouterr().err
