@@ -402,6 +402,11 @@ def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     assert 'different measure (null there, "output" now)' in capsys.readouterr().err
     assert cli_main([*base, "--budget", "200", "--interval", "40", "--measure", "values"]) == 2
     assert "invalid choice: 'values'" in capsys.readouterr().err
+    other_out = ["--out", str(tmp_path / "o"), "--budget", "200", "--interval", "40", "--measure", "output"]
+    assert cli_main([*base, *other_out]) == 0  # the later --out wins
+    assert json.loads((tmp_path / "o" / "plan.json").read_text())["measure"] == "output"
+    assert "measure" not in json.loads((tmp_path / "g" / "plan.json").read_text())  # DESIGN.md's: as before
+    capsys.readouterr()
     other = ["golden", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--out", str(tmp_path / "q"), "--no-progress"]
     assert cli_main([*other, "--budget", "64", "--interval", "16"]) == 2
     err = capsys.readouterr().err
