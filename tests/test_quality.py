@@ -380,6 +380,45 @@ def test_compare_by_problem_resamples_problems_for_the_gap_share_too(tmp_path):
     assert g["n_groups"] == 4 and (g["ci_low"], g["ci_high"]) == pytest.approx(_cluster_interval(share, ids))
 
 
+def test_pooled_gap_weighs_sets_by_their_full_cache_loss_and_resamples_problems_across_sets(tmp_path, capsys):
+    """Two trace sets pooled: the token-weighted share by hand, the per-trace share over both sets with problems
+    resampled across them (ids repeat across sets: other samples), and the refusals."""
+    pooled = _run_module("pooled_gap")
+
+    def one_set(name, traces_dir, tokens, ce_full, golden, tova, learned):
+        q = tmp_path / f"{name}.json"
+        recs = [{**_rec(p, r), "tokens": tokens, "ce_full": ce_full}
+                for p, r in (("golden", golden), ("tova", tova), ("learned", learned))]
+        q.write_text(json.dumps({"meta": {"model": "m", "traces": traces_dir}, "summaries": [], "records": recs}))
+        return f"{q}:learned", f"{q}:tova"
+
+    a = one_set("a", "runs/a", 100, 0.5, {"p0#0": 1.0, "p1#0": 1.0}, {"p0#0": 1.4, "p1#0": 1.6},
+                {"p0#0": 1.1, "p1#0": 1.3})
+    b = one_set("b", "runs/b", 300, 1.0, {"p0#0": 1.1, "p2#0": 1.0, "p3#0": 1.0},
+                {"p0#0": 1.3, "p2#0": 1.3, "p3#0": 1.6}, {"p0#0": 1.2, "p2#0": 1.1, "p3#0": 1.4})
+    r = pooled.pooled_gap([a, b], 16, 4)
+    wa, wb = 100 * 0.5, 300 * 1.0  # each set's full-cache loss weighs its pooled ratios (means here)
+    mean = lambda *v: sum(v) / len(v)  # noqa: E731
+    pool = {k: (wa * mean(*x) + wb * mean(*y)) / (wa + wb) for k, x, y in
+            (("g", (1.0, 1.0), (1.1, 1.0, 1.0)), ("t", (1.4, 1.6), (1.3, 1.3, 1.6)), ("l", (1.1, 1.3), (1.2, 1.1, 1.4)))}
+    assert math.isclose(r["pooled"], (pool["t"] - pool["l"]) / (pool["t"] - pool["g"]))
+    assert math.isclose(r["share"], (mean(1.4, 1.6, 1.3, 1.3, 1.6) - mean(1.1, 1.3, 1.2, 1.1, 1.4))
+                        / (mean(1.4, 1.6, 1.3, 1.3, 1.6) - mean(1.0, 1.0, 1.1, 1.0, 1.0)))
+    assert (r["n_traces"], r["n_groups"]) == (5, 4)  # p0 in both sets: one problem, resampled as one
+    assert [s["traces"] for s in r["sets"]] == [2, 3] and math.isclose(r["sets"][0]["pooled"], (1.5 - 1.2) / 0.5)
+    assert pooled.main(["--budget", "16", "--interval", "4", "--set", *a, "--set", *b]) == 0
+    assert "all 5 traces (4 problems)" in capsys.readouterr().out
+    with pytest.raises(ForesightError, match="were both measured on runs/a; each trace may count once"):
+        pooled.pooled_gap([a, a], 16, 4)
+    c = one_set("c", "runs/c", 100, 0.7, {"p9#0": 1.0}, {"p9#0": 1.5}, {"p9#0": 1.2})
+    with pytest.raises(ForesightError, match="different scored tokens or full-cache CE"):
+        pooled.pooled_gap([(c[0], a[1])], 16, 4)
+    with pytest.raises(SystemExit) as exc:  # --set is required: argparse's one line, exit 2
+        pooled.main(["--budget", "16", "--interval", "4"])
+    assert exc.value.code == 2
+    assert "the following arguments are required: --set" in capsys.readouterr().err
+
+
 def test_by_length_splits_the_gap_share_by_trace_length(tmp_path, tiny_llama, capsys):
     from tests.conftest import save_random_traces
 
