@@ -31,6 +31,13 @@ superset's (:func:`feature_columns`).
     gives 0, 0 and ``log(1e-6)``. 6 numbers; needs what ``prekey`` needs. Top-k over per-entry scores evicts
     near-tied runs of adjacent tokens as a block (``docs/results.md``, "Session 40"); these let a scorer see
     whether an entry is the last survivor of its span.
+``query``
+    per query head of the group, 2 numbers: the mean and the max over the last ``W`` queries of the logit
+    ``q · k / sqrt(d)`` between the query and the candidate's key, both with their rotary embedding undone, so
+    the affinity of content without RoPE's distance decay (NVIDIA kvpress's ``ExpectedAttentionPress``,
+    https://github.com/NVIDIA/kvpress, estimates future attention from the statistics of recent queries likewise):
+    an old entry that recent queries would attend to but for its distance. ``2 * G`` numbers; needs what ``prekey``
+    needs. Padded query rows (no visible entry) count for nothing.
 ``recency``
     per query head of the group, 2 numbers: ``log1p(t - last)`` and ``log1p(mri)``, LazyEviction's recurrence
     state (:mod:`foresight.recurrence`) with a query *activating* an entry when it pays it more than the uniform
@@ -46,7 +53,7 @@ from typing import Any, Callable
 
 import torch
 
-from foresight.views import EvictView
+from foresight.views import EvictView, unrotate_keys
 
 #: Short attention windows (in queries) summed besides the last ``W``; the ring buffer keeps the longest.
 SHORT_WINDOWS = (32, 16, 8)
@@ -72,6 +79,9 @@ class LayerState:
     cum: torch.Tensor | None = None  # (b, Hkv, G, n_event) attention of all queries up to the last event
     dec: torch.Tensor | None = None  # (b, Hkv, G, n_event) the same, each segment decayed per later event
     seen: torch.Tensor | None = None  # (b, Hkv, G, capacity) position of the last activating query (recency)
+    queries: torch.Tensor | None = None  # (b, Hq, R, d) post-RoPE queries of the last R queries, a ring like rows
+    query_pos: torch.Tensor | None = None  # (b, R) their positions
+    query_ok: torch.Tensor | None = None  # (b, R) whether each row is a real query (not padding)
     mri: torch.Tensor | None = None  # (b, Hkv, G, capacity) maximum recurrence interval (recency)
 
     def last(self, k: int, c: int) -> torch.Tensor:
@@ -80,6 +90,11 @@ class LayerState:
         r = self.rows.shape[3]
         idx = torch.arange(self.head - k, self.head, device=self.rows.device) % r
         return self.rows[..., :c].index_select(3, idx)
+
+    def last_slots(self, k: int) -> torch.Tensor:
+        """Ring slots of the last ``min(k, filled)`` queries, oldest first."""
+        k = min(k, self.filled)
+        return torch.arange(self.head - k, self.head, device=self.rows.device) % self.rows.shape[3]
 
 
 def _group_key(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
@@ -145,6 +160,27 @@ def _group_neighbors(view: EvictView, ext: Any, st: LayerState, c: int) -> torch
     return stats  # (b, h, c, 6)
 
 
+def _group_query(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    b, h, _ = view.positions.shape
+    g = ext.num_groups
+    if st.queries is None or st.filled == 0:
+        return torch.zeros(b, h, c, 2 * g, device=view.keys.device)
+    if view.rope is None:
+        view.prerope_keys(c)  # raises the error that names what is missing
+    slots = st.last_slots(ext.window)
+    inv_freq, scaling = view.rope
+    q = unrotate_keys(st.queries.index_select(2, slots), st.query_pos.index_select(1, slots)[:, None, :], inv_freq,
+                      scaling)  # (b, Hq, w, d)
+    ok = st.query_ok.index_select(1, slots)[:, None, None, :, None]  # (b, 1, 1, w, 1)
+    d = q.shape[-1]
+    logits = q.view(b, h, g, -1, d) @ view.prerope_keys(c)[:, :, None].transpose(-1, -2) / math.sqrt(d)  # (b,h,g,w,c)
+    count = ok.sum(3).clamp(min=1)
+    mean = (logits * ok).sum(3) / count
+    high = logits.masked_fill(~ok, float("-inf")).amax(3)
+    high = torch.where(ok.any(3), high, torch.zeros_like(high))
+    return torch.cat([mean, high], dim=2).transpose(-1, -2)  # (b, h, c, 2g)
+
+
 def _group_recency(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
     b, h, n = view.positions.shape
     g = ext.num_groups
@@ -167,6 +203,7 @@ FEATURE_GROUPS: dict[str, tuple[Callable[[int, int], int], Callable]] = {
     "recency": (lambda d, g: 2 * g, _group_recency),
     "prekey": (lambda d, g: d, _group_prekey),
     "neighbors": (lambda d, g: 6, _group_neighbors),
+    "query": (lambda d, g: 2 * g, _group_query),
 }
 DEFAULT_FEATURE_SET = ("key", "value", "attn")
 #: Groups whose columns depend only on the cache entry, fixed once it is written (not on the event): training stores

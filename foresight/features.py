@@ -75,7 +75,11 @@ class FeatureExtractor:
 
     @property
     def needs_attention(self) -> bool:
-        return "attn" in self.feature_set or "neighbors" in self.feature_set or self.needs_recency
+        return "attn" in self.feature_set or "neighbors" in self.feature_set or self.needs_recency or self.needs_queries
+
+    @property
+    def needs_queries(self) -> bool:
+        return "query" in self.feature_set
 
     @property
     def needs_recency(self) -> bool:
@@ -97,6 +101,32 @@ class FeatureExtractor:
         self._run: torch.Tensor | None = None  # (L, b, Hkv, G, capacity): every layer's running sum
         self._seen: torch.Tensor | None = None  # (L, b, Hkv, G, capacity): recency state (needs_recency only)
         self._mri: torch.Tensor | None = None
+        self._queries: torch.Tensor | None = None  # (L, b, Hq, R, d): the query ring (needs_queries only)
+        self._query_pos: torch.Tensor | None = None  # (L, b, R)
+        self._query_ok: torch.Tensor | None = None  # (L, b, R)
+
+    def _reserve_queries(self, query: torch.Tensor) -> None:
+        """The query ring of every layer for queries like ``query`` (b, Hq, q, d), zero (not real) until written."""
+        if self._queries is not None and self._queries.shape[1:3] == query.shape[:2] \
+                and self._queries.shape[-1] == query.shape[-1]:
+            return
+        b, hq, _, d = query.shape
+        n_layers, r = len(self._layers), self.history
+        self._queries = query.new_zeros(n_layers, b, hq, r, d, dtype=torch.float32)
+        self._query_pos = torch.zeros(n_layers, b, r, dtype=torch.long, device=query.device)
+        self._query_ok = torch.zeros(n_layers, b, r, dtype=torch.bool, device=query.device)
+        for i, st in enumerate(self._layers):
+            st.queries, st.query_pos, st.query_ok = self._queries[i], self._query_pos[i], self._query_ok[i]
+
+    @staticmethod
+    def _store_queries(ring, pos, real, query, query_positions, probs, slots) -> None:
+        """Write the newest ``len(slots)`` query rows into the ring slots ``slots``: ``query`` (..., b, Hq, q, d)
+        post-RoPE, ``query_positions`` (b, q), ``probs`` (..., b, Hkv, G, q, n) tells padded rows (they see no
+        entry) from real ones; ``ring`` (..., b, Hq, R, d), ``pos`` and ``real`` (..., b, R)."""
+        keep = slots.shape[0]
+        ring.index_copy_(-2, slots, query[..., -keep:, :].float())
+        pos.index_copy_(-1, slots, query_positions[:, -keep:].expand(*pos.shape[:-1], keep))
+        real.index_copy_(-1, slots, probs[..., 0, 0, -keep:, :].sum(-1) > 0)
 
     def _reserve(self, probs: torch.Tensor, n: int) -> None:
         """Room for ``n`` entries in every layer (new columns zero); ``probs`` is one layer's (b, Hkv, G, q, n)."""
@@ -158,6 +188,11 @@ class FeatureExtractor:
             keep = min(q, history)
             slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % history
             st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
+        if self.needs_queries:
+            self._reserve_queries(view.query)
+            keep = min(q, history)
+            slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % history
+            self._store_queries(st.queries, st.query_pos, st.query_ok, view.query, view.query_positions, probs, slots)
         st.head += q
         st.filled = min(st.filled + q, history)
 
@@ -186,6 +221,12 @@ class FeatureExtractor:
             keep = min(k, history)
             slots = torch.arange(head + k - keep, head + k, device=probs.device) % history
             self._rows[..., :n].index_copy_(4, slots, probs[..., k - keep :, :])
+        if self.needs_queries:
+            self._reserve_queries(view.query[0])
+            keep = min(k, history)
+            slots = torch.arange(head + k - keep, head + k, device=probs.device) % history
+            self._store_queries(self._queries, self._query_pos, self._query_ok, view.query, view.query_positions,
+                                probs, slots)
         for st in layers:
             st.n = n
             st.head += k

@@ -116,3 +116,65 @@ def test_prekey_needs_the_models_rotary_embedding(tiny_llama):
         assert rope_of(model) is None
     finally:
         rotary.rope_type = saved
+
+
+def _log_prerope(model, which: str) -> tuple[list, list]:
+    """Hooks appending each layer's pre-RoPE queries or keys (batch, q, heads, d) per forward: (log, handles)."""
+    cfg = model.config
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    log = [[] for _ in model.model.layers]
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        module = getattr(attn, f"{which}_norm", None) or getattr(attn, f"{which}_proj")
+
+        def hook(mod, args, out, i=i):
+            log[i].append(out.detach().float().reshape(out.shape[0], out.shape[1], -1, d))
+
+        handles.append(module.register_forward_hook(hook))
+    return log, handles
+
+
+@pytest.mark.parametrize("path", ["replay", "generate"])
+def test_query_features_equal_logits_of_the_projected_queries_and_keys(tiny, path):
+    """The ``query`` group from the hooks' pre-RoPE queries and keys of the same evicting run: at every event and
+    layer, per candidate and query head, the mean and the max over the last W queries of q.k/sqrt(d). Prefill chunks
+    and single steps (replay, :meth:`observe`) and decode steps held to the event (generate, :meth:`observe_layers`);
+    a window one query off differs, so the check can fail."""
+    model, tok = tiny
+    got = []
+
+    def on_event(view, feats):
+        got.append((view.layer_idx, view.candidate_positions.clone(), int(view.positions.max()), feats.clone()))
+
+    rec = FeatureRecorder(extractor=FeatureExtractor(window=W, feature_set=("query",)), driver=_OddEvictions(),
+                          on_event=on_event)
+    qlog, h1 = _log_prerope(model, "q")
+    klog, h2 = _log_prerope(model, "k")
+    try:
+        if path == "replay":
+            foresight.replay(model, torch.randint(3, 250, (2, 40), generator=torch.Generator().manual_seed(5)), rec,
+                             B, W)
+        else:
+            foresight.generate(model, tok, [list(range(5, 19)), list(range(40, 54))], policy=rec, budget=B,
+                               interval=W, max_new_tokens=24, stop_on_eos=False)
+    finally:
+        for h in h1 + h2:
+            h.remove()
+    cfg = model.config
+    g = cfg.num_attention_heads // cfg.num_key_value_heads
+    assert len(got) >= 4 * len(model.model.layers)
+    shifted = 0.0
+    for layer, cand, newest, feats in got:
+        q = torch.cat(qlog[layer], dim=1)[:, : newest + 1].transpose(1, 2)  # (batch, Hq, N, d), fed in order
+        k = torch.cat(klog[layer], dim=1)[:, : newest + 1].transpose(1, 2)  # (batch, Hkv, N, d)
+        d = k.shape[-1]
+        keys = k.gather(2, cand[..., None].expand(*cand.shape, d))  # (batch, Hkv, C, d)
+        def stats(end):  # the W queries before position `end`
+            last = q[:, :, end - W : end].unflatten(1, (-1, g))  # (batch, Hkv, G, W, d)
+            logits = last @ keys[:, :, None].transpose(-1, -2) / d**0.5  # (batch, Hkv, G, W, C)
+            return torch.cat([logits.mean(3), logits.amax(3)], dim=2).transpose(-1, -2)  # (batch, Hkv, C, 2G)
+
+        torch.testing.assert_close(feats, stats(newest + 1), rtol=1e-4, atol=1e-4, msg=f"layer {layer}")
+        shifted = max(shifted, float((feats - stats(newest)).abs().max()))
+    assert shifted > 1e-2  # a window one query off would differ: the check can fail

@@ -456,12 +456,13 @@ class _ForcedKeeps(EvictionPolicy):
         return self.keeps[(view.event, view.layer_idx)]
 
 
-@pytest.mark.parametrize("selection", ["topk", "sample"])
-def test_generation_and_replay_features_are_identical(tiny, selection):
+@pytest.mark.parametrize("selection,feature_set", [("topk", FULL_SET), ("sample", FULL_SET),
+                                                   ("topk", ("prekey", "attn", "query"))])
+def test_generation_and_replay_features_are_identical(tiny, selection, feature_set):
     """Decode with `learned`, then replay the generated tokens teacher-forced along the same evictions with a
     fresh extractor: the features at every event and layer agree."""
     model, tok = tiny
-    sc = _scorer(model, seed=2)
+    sc = _scorer(model, feature_set=feature_set, seed=2)
     gen_feats, keeps = {}, {}
 
     pol = make_policy("learned", scorer=sc, selection=selection, seed=3,
