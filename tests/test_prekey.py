@@ -39,15 +39,15 @@ class _OddEvictions(EvictionPolicy):
         return torch.sin(pos * (1.3 + head))
 
 
-def _log_prerope_keys(model) -> tuple[list, list]:
-    """Hooks appending each layer's pre-RoPE keys (batch, q, Hkv, d) per forward; returns (log, handles)."""
+def _log_prerope(model, which: str) -> tuple[list, list]:
+    """Hooks appending each layer's pre-RoPE queries or keys (batch, q, heads, d) per forward: (log, handles)."""
     cfg = model.config
     d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     log = [[] for _ in model.model.layers]
     handles = []
     for i, layer in enumerate(model.model.layers):
         attn = layer.self_attn
-        module = getattr(attn, "k_norm", None) or attn.k_proj
+        module = getattr(attn, f"{which}_norm", None) or getattr(attn, f"{which}_proj")
 
         def hook(mod, args, out, i=i):
             log[i].append(out.detach().float().reshape(out.shape[0], out.shape[1], -1, d))
@@ -65,7 +65,7 @@ def test_prekey_features_equal_the_projected_keys_in_an_evicting_replay(tiny):
         got.append((view.layer_idx, view.candidate_positions.clone(), feats.clone()))
 
     ext = FeatureExtractor(window=W, feature_set=("prekey", "key"))
-    log, handles = _log_prerope_keys(model)
+    log, handles = _log_prerope(model, "k")
     try:
         foresight.replay(model, seq, FeatureRecorder(extractor=ext, driver=_OddEvictions(), on_event=on_event), B, W)
     finally:
@@ -116,23 +116,6 @@ def test_prekey_needs_the_models_rotary_embedding(tiny_llama):
         assert rope_of(model) is None
     finally:
         rotary.rope_type = saved
-
-
-def _log_prerope(model, which: str) -> tuple[list, list]:
-    """Hooks appending each layer's pre-RoPE queries or keys (batch, q, heads, d) per forward: (log, handles)."""
-    cfg = model.config
-    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    log = [[] for _ in model.model.layers]
-    handles = []
-    for i, layer in enumerate(model.model.layers):
-        attn = layer.self_attn
-        module = getattr(attn, f"{which}_norm", None) or getattr(attn, f"{which}_proj")
-
-        def hook(mod, args, out, i=i):
-            log[i].append(out.detach().float().reshape(out.shape[0], out.shape[1], -1, d))
-
-        handles.append(module.register_forward_hook(hook))
-    return log, handles
 
 
 @pytest.mark.parametrize("path", ["replay", "generate"])
