@@ -33,18 +33,5 @@ stamp "SL + 3 DAgger rounds, feature_set=[prekey,value,attn,age,query]"
     $O/query "feature_set=[prekey,value,attn,age,query]"
 cp $O/query/metrics.jsonl $R/metrics_query.jsonl
 stamp "validation, round 3"
-S=$O/query/rounds/round-3/scorer
-ev() { PY=$PY bash benchmarks/quality/eval_learned.sh $S $E/val_traces $O/v_r3_$1 64 16 "${@:2}"; }
-ev topk --policy-arg selection=topk & p1=$!
-ev t005 --policy-arg selection=sample --policy-arg temperature=0.005 & p2=$!
-wait $p1; wait $p2
-ev t003 --policy-arg selection=sample --policy-arg temperature=0.003 & p1=$!
-ev t007 --policy-arg selection=sample --policy-arg temperature=0.007 & p2=$!
-wait $p1; wait $p2
-ev t01 --policy-arg selection=sample --policy-arg temperature=0.01
-C() { $PY benchmarks/quality/compare.py "$@" --budget 64 --interval 16 --by-problem --gap $Q:tova; }
-{ for t in t003 t005 t007 t01; do echo "# query round 3 sampled at $t - recipe round 3 at t005"
-    C $O/v_r3_$t/fidelity.json:learned $Q:t005; done
-  echo "# query round 3 top-k - recipe round 3 top-k"; C $O/v_r3_topk/fidelity.json:learned $Q:topk
-} | tee $R/validation_compare.txt
+E=$E PY=$PY bash benchmarks/quality/vs_recipe_r3_grid.sh $O/query/rounds/round-3/scorer $O/v_r3 $R/validation_compare.txt
 stamp done
