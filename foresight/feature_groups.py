@@ -86,10 +86,7 @@ class LayerState:
 
     def last(self, k: int, c: int) -> torch.Tensor:
         """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
-        k = min(k, self.filled)
-        r = self.rows.shape[3]
-        idx = torch.arange(self.head - k, self.head, device=self.rows.device) % r
-        return self.rows[..., :c].index_select(3, idx)
+        return self.rows[..., :c].index_select(3, self.last_slots(k))
 
     def last_slots(self, k: int) -> torch.Tensor:
         """Ring slots of the last ``min(k, filled)`` queries, oldest first."""
@@ -165,15 +162,14 @@ def _group_query(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Ten
     g = ext.num_groups
     if st.queries is None or st.filled == 0:
         return torch.zeros(b, h, c, 2 * g, device=view.keys.device)
-    if view.rope is None:
-        view.prerope_keys(c)  # raises the error that names what is missing
+    keys = view.prerope_keys(c)  # (b, h, c, d); raises, naming what is missing, without the model's RoPE
     slots = st.last_slots(ext.window)
     inv_freq, scaling = view.rope
     q = unrotate_keys(st.queries.index_select(2, slots), st.query_pos.index_select(1, slots)[:, None, :], inv_freq,
                       scaling)  # (b, Hq, w, d)
     ok = st.query_ok.index_select(1, slots)[:, None, None, :, None]  # (b, 1, 1, w, 1)
     d = q.shape[-1]
-    logits = q.view(b, h, g, -1, d) @ view.prerope_keys(c)[:, :, None].transpose(-1, -2) / math.sqrt(d)  # (b,h,g,w,c)
+    logits = q.view(b, h, g, -1, d) @ keys[:, :, None].transpose(-1, -2) / math.sqrt(d)  # (b, h, g, w, c)
     count = ok.sum(3).clamp(min=1)
     mean = (logits * ok).sum(3) / count
     high = logits.masked_fill(~ok, float("-inf")).amax(3)

@@ -118,6 +118,11 @@ class FeatureExtractor:
         for i, st in enumerate(self._layers):
             st.queries, st.query_pos, st.query_ok = self._queries[i], self._query_pos[i], self._query_ok[i]
 
+    def _newest_slots(self, head: int, q: int, device) -> torch.Tensor:
+        """Ring slots of the newest ``min(q, R)`` of ``q`` queries arriving after ``head`` queries, oldest first."""
+        keep = min(q, self.history)
+        return torch.arange(head + q - keep, head + q, device=device) % self.history
+
     @staticmethod
     def _store_queries(ring, pos, real, query, query_positions, probs, slots) -> None:
         """Write the newest ``len(slots)`` query rows into the ring slots ``slots``: ``query`` (..., b, Hq, q, d)
@@ -185,13 +190,11 @@ class FeatureExtractor:
             st.rows[:, :, :, st.head % history, :n].copy_(row)
         else:
             st.run[..., :n].add_(probs.sum(3))
-            keep = min(q, history)
-            slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % history
-            st.rows[..., :n].index_copy_(3, slots, probs[..., q - keep :, :])
+            slots = self._newest_slots(st.head, q, probs.device)
+            st.rows[..., :n].index_copy_(3, slots, probs[..., q - slots.shape[0] :, :])
         if self.needs_queries:
             self._reserve_queries(view.query)
-            keep = min(q, history)
-            slots = torch.arange(st.head + q - keep, st.head + q, device=probs.device) % history
+            slots = self._newest_slots(st.head, q, probs.device)
             self._store_queries(st.queries, st.query_pos, st.query_ok, view.query, view.query_positions, probs, slots)
         st.head += q
         st.filled = min(st.filled + q, history)
@@ -218,13 +221,11 @@ class FeatureExtractor:
             self._rows[:, :, :, :, head % history, :n].copy_(row)
         else:
             self._run[..., :n].add_(probs.sum(4))
-            keep = min(k, history)
-            slots = torch.arange(head + k - keep, head + k, device=probs.device) % history
-            self._rows[..., :n].index_copy_(4, slots, probs[..., k - keep :, :])
+            slots = self._newest_slots(head, k, probs.device)
+            self._rows[..., :n].index_copy_(4, slots, probs[..., k - slots.shape[0] :, :])
         if self.needs_queries:
             self._reserve_queries(view.query[0])
-            keep = min(k, history)
-            slots = torch.arange(head + k - keep, head + k, device=probs.device) % history
+            slots = self._newest_slots(head, k, probs.device)
             self._store_queries(self._queries, self._query_pos, self._query_ok, view.query, view.query_positions,
                                 probs, slots)
         for st in layers:
