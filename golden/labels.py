@@ -94,6 +94,9 @@ class TraceLabels:
     #: docstring); read on first use from ``foresight_file`` when the labels came from a /3 file
     foresight: torch.Tensor | None = None
     foresight_file: str | None = None
+    #: what the oracle averaged over future queries (``golden.oracle.MEASURES``); files record it when it is not
+    #: DESIGN.md's attention, so that labels of two oracles are never merged or trained on together unnoticed
+    measure: str = "attention"
 
     def load_foresight(self) -> torch.Tensor:
         """The packed foresight values (read from ``foresight_file`` on first use)."""
@@ -156,8 +159,9 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
     first = labels[0]
     tensors = {}
     for lab in labels:
-        if (lab.budget, lab.interval, lab.fingerprint) != (first.budget, first.interval, first.fingerprint):
-            raise ValueError("all labels in one file must share fingerprint, budget and interval")
+        if ((lab.budget, lab.interval, lab.fingerprint, lab.measure)
+                != (first.budget, first.interval, first.fingerprint, first.measure)):
+            raise ValueError("all labels in one file must share fingerprint, budget, interval and measure")
         if not lab.token_hash:
             raise ValueError(f"labels of trace {lab.trace_id!r} have no token_hash (make them with "
                              "golden.oracle.label_trace, which records it)")
@@ -169,6 +173,7 @@ def save_labels(path: str | Path, labels: Iterable[TraceLabels]) -> Path:
         "interval": str(first.interval),
         "trace_ids": json.dumps([lab.trace_id for lab in labels]),
         "token_hashes": json.dumps({lab.trace_id: lab.token_hash for lab in labels}, sort_keys=True),
+        **({} if first.measure == "attention" else {"measure": first.measure}),  # absent: files before it, same bytes
     }
     return save_safetensors(tensors, path, meta)  # the header's keys sorted: identical runs give identical bytes
 
@@ -199,6 +204,7 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
             raise ForesightError(f"{path} is not a golden label file (format {meta.get('format')!r})")
         names = set(f.keys())
         fp, budget, interval = json.loads(meta["fingerprint"]), int(meta["budget"]), int(meta["interval"])
+        measure = meta.get("measure", "attention")
         hashes = json.loads(meta.get("token_hashes", "{}"))
         for tid in json.loads(meta["trace_ids"]):
             if not hashes.get(tid):
@@ -210,7 +216,8 @@ def _read_label_file(path: str | Path) -> dict[str, TraceLabels]:
             evicted = f.get_tensor(f"{tid}/evicted").long()
             events = [EventLabel(int(e), cand[k], alpha[k], evicted[k]) for k, e in enumerate(ends)]
             lazy = str(path) if f"{tid}/foresight" in names else None
-            out[tid] = TraceLabels(tid, budget, interval, fp, events, hashes[tid], str(path), foresight_file=lazy)
+            out[tid] = TraceLabels(tid, budget, interval, fp, events, hashes[tid], str(path), foresight_file=lazy,
+                                   measure=measure)
     return out
 
 
@@ -244,7 +251,9 @@ def load_labels(path: str | Path, complete: bool = False) -> dict[str, TraceLabe
 
 def merge_labels(sets: Iterable[tuple[str | Path, Mapping[str, TraceLabels]]]) -> dict[str, TraceLabels]:
     """The labels of several ``(source, labels)`` sets as one. Raises :class:`ForesightError` naming both sources
-    when a trace is labelled in two of them: one would silently replace the other."""
+    when a trace is labelled in two of them (one would silently replace the other), and
+    :class:`LabelMismatchError` naming both when they were made by oracles of different measures (one target
+    would pass for the other)."""
     out: dict[str, TraceLabels] = {}
     source: dict[str, str | Path] = {}
     for where, labels in sets:
@@ -252,6 +261,12 @@ def merge_labels(sets: Iterable[tuple[str | Path, Mapping[str, TraceLabels]]]) -
             if t in out:
                 raise ForesightError(f"trace {t!r} is labelled in both {source[t]} and {where}; give each trace's "
                                      "labels once")
+            first = next(iter(out.values()), None)
+            if first is not None and first.measure != lab.measure:
+                raise LabelMismatchError(
+                    f"golden labels {source[first.trace_id]} (measure {first.measure}) and {where} (measure "
+                    f"{lab.measure}) were made by different oracles; label every set with the same "
+                    "`foresight golden --measure`")
             out[t], source[t] = lab, where
     return out
 

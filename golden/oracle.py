@@ -239,4 +239,4 @@ def label_trace(
     abar, pieces = block_attention(model, input_ids, budget, interval, chunk, measure)
     events = greedy_schedule(abar, pieces, budget, interval, inplace=True)  # abar now holds its suffix maxima
     return TraceLabels(trace_id, budget, interval, model_fingerprint(model), events, token_hash(input_ids),
-                       foresight=event_foresight(abar, pieces))
+                       foresight=event_foresight(abar, pieces), measure=measure)

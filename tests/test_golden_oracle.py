@@ -14,8 +14,8 @@ from foresight import replay, replay_schedule
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from golden.policy import GoldenPolicy
-from golden.labels import (EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, save_labels,
-                           token_hash)
+from golden.labels import (EventLabel, LabelMismatchError, TraceLabels, check_labels_match, load_labels, merge_labels,
+                           save_labels, token_hash)
 from golden.oracle import block_attention, greedy_schedule, label_trace
 from tests.conftest import get_model
 
@@ -96,6 +96,44 @@ def test_output_measure_matches_brute_force(name):
     assert [e.end for e in labels.events] == [e.end for e in label_trace(model, ids, 32, 8, "t").events]
     with pytest.raises(ValueError, match="unknown oracle measure 'values'"):
         block_attention(model, ids, 32, 8, measure="values")
+
+
+def test_the_measure_travels_with_the_labels_and_two_oracles_are_not_merged(tiny_llama, tmp_path):
+    """Labels of the output-error oracle say so in their file; merged with attention labels (a training run's
+    ``labels=[a, b]``, an evaluation's golden sets) they are refused naming both files, not trained on as one
+    target. Attention files keep the header they had before (no measure key: identical bytes)."""
+    from safetensors import safe_open
+
+    model, _ = tiny_llama
+    out_err = label_trace(model, _ids(97, seed=5), 32, 8, "a", measure="output")
+    att = label_trace(model, _ids(90, seed=6), 32, 8, "b")
+    att_too = label_trace(model, _ids(88, seed=7), 32, 8, "c")
+    assert (out_err.measure, att.measure) == ("output", "attention")
+    fa, fb, fc = (save_labels(tmp_path / f"{n}.safetensors", [lab]) for n, lab in (("a", out_err), ("b", att),
+                                                                                     ("c", att_too)))
+    with safe_open(str(fb), framework="pt") as f:
+        assert "measure" not in f.metadata()
+    read_a, read_b, read_c = load_labels(fa), load_labels(fb), load_labels(fc)
+    assert (read_a["a"].measure, read_b["b"].measure) == ("output", "attention")
+    assert set(merge_labels([(fb, read_b), (fc, read_c)])) == {"b", "c"}
+    with pytest.raises(LabelMismatchError, match=r"b\.safetensors \(measure attention\) and .*a\.safetensors "
+                                                 r"\(measure output\) were made by different oracles"):
+        merge_labels([(fb, read_b), (fa, read_a)])
+    with pytest.raises(ValueError, match="share fingerprint, budget, interval and measure"):
+        save_labels(tmp_path / "mixed.safetensors", [out_err, att])
+
+
+def test_the_cli_offers_every_measure_and_no_other():
+    """`foresight golden --measure` spells its choices beside the registry (the CLI imports the oracle lazily):
+    a measure added to one and not the other fails here."""
+    import argparse
+
+    from foresight.cli import build_parser
+    from golden.oracle import MEASURES
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    measure = next(a for a in sub.choices["golden"]._actions if a.dest == "measure")
+    assert tuple(measure.choices) == tuple(MEASURES) and measure.default == next(iter(MEASURES))
 
 
 def test_block_attention_independent_of_chunk(tiny_llama):

@@ -209,9 +209,10 @@ def test_cli_reports_config_errors(capsys):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36, sample: int = 0) -> tuple[Path, Path]:
+def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36, sample: int = 0,
+               measure: str = "attention") -> tuple[Path, Path]:
     """``n`` random tiny-llama traces of ``base_len + 4 i`` tokens (problem ``p<i>``, trace ``p<i>#<sample>``) and
-    their golden labels."""
+    their golden labels (by the oracle of ``measure``)."""
     import datasets
 
     from golden.labels import save_labels
@@ -226,7 +227,7 @@ def _make_data(root: Path, n: int = 6, seed: int = 0, base_len: int = 36, sample
         rows.append(dict(trace_id=f"p{i}#{sample}", problem_id=f"p{i}", sample=sample, input_ids=ids, prompt_len=4, answer="",
                          settings="{}", fingerprint=fp))
     datasets.Dataset.from_list(rows).save_to_disk(str(root / "traces"))
-    labels = [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in rows]
+    labels = [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"], measure=measure) for r in rows]
     save_labels(root / "labels.safetensors", labels)
     return root / "traces", root / "labels.safetensors"
 
@@ -265,6 +266,22 @@ def test_two_trace_sets_train_together_and_split_by_problem(tiny_data, tmp_path)
         SLData(_cfg(tiny_data, out, traces=[str(tiny_data[0]), str(tiny_data[0])]))
     with pytest.raises(ForesightError, match=r"'p0#0' .*labelled in both"):
         SLData(_cfg(tiny_data, out, labels=[str(tiny_data[1]), str(tiny_data[1])]))
+
+
+def test_labels_of_two_oracles_are_not_trained_on_together(tiny_data, tmp_path):
+    # a second sample labelled by the output-error oracle (`foresight golden --measure output`): alone it trains and
+    # the scorer's provenance names the measure; beside attention labels it is refused before the model loads
+    from golden.labels import LabelMismatchError
+    from training.sl import SLData, _measure_of
+
+    more = _make_data(tmp_path, seed=1, sample=1, measure="output")
+    out = tmp_path / "run"
+    alone = SLData(_cfg(tiny_data, out, traces=str(more[0]), labels=str(more[1])))
+    assert _measure_of(alone.labels) == {"label_measure": "output"}
+    assert _measure_of(SLData(_cfg(tiny_data, out)).labels) == {}  # attention: the provenance as before
+    with pytest.raises(LabelMismatchError, match=r"\(measure attention\) and .* \(measure output\) were made by "
+                                                 "different oracles"):
+        SLData(_cfg(tiny_data, out, traces=[str(tiny_data[0]), str(more[0])], labels=[str(tiny_data[1]), str(more[1])]))
 
 
 def test_gradients_reach_only_the_scorer(tiny_data):

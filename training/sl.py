@@ -62,6 +62,14 @@ def normalizer_sample(num_events: int, seed: int, size: int | None = None) -> to
     return torch.randperm(num_events, generator=gen)[: min(size, num_events)].sort().values
 
 
+def _measure_of(labels: dict) -> dict:
+    """``{"label_measure": m}`` when the labels' oracle measured something other than DESIGN.md's attention
+    (``foresight golden --measure``; :func:`golden.labels.merge_labels` saw to it that they share one), else
+    nothing: the provenance of every scorer trained on attention labels stays as it was."""
+    measure = next(iter(labels.values())).measure
+    return {} if measure == "attention" else {"label_measure": measure}
+
+
 class SLData:
     """What distillation trains and validates on, loaded before the model (:class:`training.loop.TaskData`): the
     traces that have labels, their token ids checked against the labels, sorted by id, cut to ``max_traces`` and
@@ -112,6 +120,7 @@ class SLTask:
                 "train_traces": [r["trace_id"] for r in self.train_rows],
                 "heldout_traces": [r["trace_id"] for r in self.val_rows],
                 "steps": cfg.steps, **stamp(), "config": {k: v for k, v in asdict(cfg).items()},
+                **_measure_of(self.labels),
             },
         )
         # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
