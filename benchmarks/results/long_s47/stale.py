@@ -12,11 +12,12 @@ read through a FeatureRecorder with the scorer's extractor (the features are unu
 
 from __future__ import annotations
 
-import argparse
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from foresight.errors import OneLineParser
 from foresight.models import load_model
 from foresight.policies.learned import LearnedPolicy
 from foresight.policies.recorder import FeatureRecorder
@@ -31,10 +32,15 @@ B, W, LATE, OLD = 64, 16, 900, 400
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("--traces", type=int, default=4, help="the N longest traces")
     p.add_argument("--clip", type=float, default=3.0, help="the standardised range of the clipped runs")
     args = p.parse_args()
+    if args.traces < 1 or not args.clip > 0:
+        p.error(f"--traces must be >= 1 and --clip > 0, got {args.traces} and {args.clip}")
+    for need in ("runs/quality/val1024_traces/plan.json", f"{LABELS}/plan.json", f"{R3}/config.json"):
+        if not Path(need).is_file():
+            p.error(f"{need} missing (run benchmarks/results/long_s46/run.sh and long_s47/run.sh first)")
     torch.manual_seed(0)
     model, _ = load_model("smollm2-135m")
     rows = sorted(load_traces("runs/quality/val1024_traces"), key=lambda r: -len(r["input_ids"]))[: args.traces]
