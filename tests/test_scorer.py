@@ -256,6 +256,47 @@ def test_newcomer_bonus_raises_exactly_the_newest_candidates(tmp_path):
         make_policy("learned", scorer=pol.model, newcomer_bonus=-0.1)
 
 
+def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest(tmp_path):
+    """``age_prior`` lowers each candidate's score by ``lam * log1p(t - position)`` (``t`` the newest cached position
+    plus one) and nothing else; large enough, top-k keeps the newest candidates, the order of age alone."""
+    model, tok = get_model("tiny-llama")
+    plain = {}
+    pol = make_policy("learned", scorer=_scorer(model), age_prior=0.3, selection="topk", spread=0.0,
+                      on_features=lambda view, f: plain.update(s=pol.model(f, layer_idx=view.layer_idx)))
+    checked = []
+    score = pol.score
+
+    def both(view):
+        got = score(view)
+        pos = view.candidate_positions[0].float()  # (Hkv, candidates), one sequence
+        t = view.positions[0].float().amax(-1, keepdim=True) + 1
+        torch.testing.assert_close(got[0] - plain["s"][0], -0.3 * torch.log1p(t - pos), atol=1e-5, rtol=0)
+        checked.append(view.event)
+        return got
+
+    pol.score = both
+    foresight.generate(model, tok, ["Hello there"], policy=pol, budget=B, interval=W, max_new_tokens=40,
+                       stop_on_eos=False)
+    assert len(set(checked)) > 3
+    kept = []
+    big = make_policy("learned", scorer=pol.model, age_prior=1e4, selection="topk", spread=0.0)
+    select = big.select
+
+    def record(scores, num_keep, view):
+        keep = select(scores, num_keep, view)
+        pos = view.candidate_positions[0]
+        newest = pos.topk(num_keep, dim=-1).indices.sort(-1).values
+        kept.append(bool((keep[0].sort(-1).values == newest).all()))
+        return keep
+
+    big.select = record
+    foresight.generate(model, tok, ["Hello there"], policy=big, budget=B, interval=W, max_new_tokens=40,
+                       stop_on_eos=False)
+    assert kept and all(kept)
+    with pytest.raises(ValueError, match="age_prior"):
+        make_policy("learned", scorer=pol.model, age_prior=-0.1)
+
+
 def test_score_momentum_equals_a_per_entry_moving_average_by_position():
     """``score_momentum`` judges each entry on the running average of its own scores (brute force: a dict keyed by
     (layer, KV head, position), which never sees an evicted position again), newcomers on their first score, with

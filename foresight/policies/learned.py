@@ -55,6 +55,13 @@ class LearnedPolicy(EvictionPolicy):
         (:func:`foresight.sampling.spread_keep`), so near-tied neighbours are not evicted as a whole span; 0 is
         plain top-k. Default: the one the scorer records (``spread`` in its config, chosen on validation traces),
         else 0.
+    age_prior
+        ``lam`` >= 0: subtract ``lam * log1p(t - position)`` from every candidate's score (``t`` the newest position
+        plus one), under either selection, so that an entry ranked just above the eviction boundary does not stay
+        forever. Session 48's reading of why ``sample`` beats ``topk`` on long traces: a draw evicts a near-boundary
+        entry with some probability at every event, a survival that decays with the number of events it lived
+        through, which ``topk`` lacks (``benchmarks/results/s48/``). 0 (default) leaves the scores as trained; not
+        chosen for any shipped scorer.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -71,6 +78,7 @@ class LearnedPolicy(EvictionPolicy):
     newcomer_bonus: float | None = None
     score_momentum: float = 0.0
     spread: float | None = None
+    age_prior: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -86,6 +94,7 @@ class LearnedPolicy(EvictionPolicy):
         if self.newcomer_bonus is not None:
             check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
+        check_range("age_prior", self.age_prior, 0.0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
@@ -211,6 +220,10 @@ class LearnedPolicy(EvictionPolicy):
             first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
             scores = scores.clone()
             scores[..., first_judged:] += bonus
+        if self.age_prior:
+            pos = view.positions.float()
+            age = (pos.amax(-1, keepdim=True) + 1 - pos[..., : scores.shape[-1]]).clamp(min=0)
+            scores = scores - self.age_prior * torch.log1p(age)
         return scores
 
     def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
