@@ -121,10 +121,16 @@ def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tens
     return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
 
 
-def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
-    pos = view.positions.float()
+def log_age(positions: torch.Tensor, c: int) -> torch.Tensor:
+    """``log1p(t - position)`` of the first ``c`` entries, ``t`` the newest position in the cache plus one (the
+    ``age`` feature; the ``learned`` policy's ``age_prior`` subtracts a multiple of it)."""
+    pos = positions.float()
     now = pos.amax(-1, keepdim=True) + 1
-    return torch.log1p((now - pos[..., :c]).clamp(min=0))[..., None]
+    return torch.log1p((now - pos[..., :c]).clamp(min=0))
+
+
+def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
+    return log_age(view.positions, c)[..., None]
 
 
 def _group_neighbors(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:

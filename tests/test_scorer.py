@@ -256,7 +256,7 @@ def test_newcomer_bonus_raises_exactly_the_newest_candidates(tmp_path):
         make_policy("learned", scorer=pol.model, newcomer_bonus=-0.1)
 
 
-def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest(tmp_path):
+def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest():
     """``age_prior`` lowers each candidate's score by ``lam * log1p(t - position)`` (``t`` the newest cached position
     plus one) and nothing else; large enough, top-k keeps the newest candidates, the order of age alone."""
     model, tok = get_model("tiny-llama")

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
+from foresight.feature_groups import log_age
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
@@ -221,9 +222,7 @@ class LearnedPolicy(EvictionPolicy):
             scores = scores.clone()
             scores[..., first_judged:] += bonus
         if self.age_prior:
-            pos = view.positions.float()
-            age = (pos.amax(-1, keepdim=True) + 1 - pos[..., : scores.shape[-1]]).clamp(min=0)
-            scores = scores - self.age_prior * torch.log1p(age)
+            scores = scores - self.age_prior * log_age(view.positions, scores.shape[-1])
         return scores
 
     def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
