@@ -357,7 +357,7 @@ def _set_selection(scorer, selection: str | None) -> None:
 
 def check_card_topk_defaults(records: list, config, where: str) -> None:
     """Refuse quoted ``learned`` top-k records run at another value of a top-k default
-    (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus) than the one this scorer's ``learned`` policy
+    (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus, age prior) than the one this scorer's ``learned`` policy
     uses by default (its recorded value, else 0): the card would present plain top-k numbers as the default's, or
     the reverse. Records that name no selection are left alone; older ones that name no such value ran at 0."""
     for name in TOPK_DEFAULTS:
@@ -403,14 +403,14 @@ def _stamp_export(prov: dict, scorer_dir: Path) -> None:
 def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidelity: str | Path | None = None,
                   atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
                   temperature: float | None = None, spread: float | None = None,
-                  newcomer_bonus: float | None = None, selection: str | None = None,
+                  newcomer_bonus: float | None = None, age_prior: float | None = None, selection: str | None = None,
                   notes: dict[str, str] | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
     e.g. SL + DAgger; re-exporting such a scorer may replace the one an earlier export recorded); ``spread`` records
-    the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin (quoted top-k
-    fidelity records must have run at both); ``selection`` records the selection the ``learned`` policy runs the
+    the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin and ``age_prior``
+    its age prior (quoted top-k fidelity records must have run at all three); ``selection`` records the selection the ``learned`` policy runs the
     scorer with by default (``topk`` or ``sample``; chosen on held-out trace sets);
     ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
@@ -432,7 +432,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
-    _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus})
+    _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus, "age_prior": age_prior})
     _set_selection(scorer, selection)
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)

@@ -42,7 +42,7 @@ SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
 AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces")
 #: The ``learned`` policy arguments a scorer may record as its ``selection=topk`` defaults (ScorerConfig fields of
 #: these names, written by ``foresight export``); an explicit policy argument overrides them.
-TOPK_DEFAULTS = ("spread", "newcomer_bonus")
+TOPK_DEFAULTS = ("spread", "newcomer_bonus", "age_prior")
 #: The ``learned`` policy's selections: ``topk`` keeps the highest scores, ``sample`` draws the evicted set
 #: (:func:`foresight.sampling.sample_eviction`). A scorer may record one as its default (``ScorerConfig.selection``).
 SELECTIONS = ("topk", "sample")
@@ -136,6 +136,10 @@ class ScorerConfig:
     newcomer_bonus
         The default ``newcomer_bonus`` of the ``learned`` policy's ``selection=topk`` (a margin for the candidates
         judged for the first time), chosen likewise; ``None`` is no margin.
+    age_prior
+        The default ``age_prior`` of the ``learned`` policy's ``selection=topk`` (``lam``: every score less
+        ``lam * log1p(age)``, :func:`foresight.feature_groups.log_age`), chosen on long validation traces;
+        ``None`` is no prior.
     selection
         The ``learned`` policy's default selection for this scorer (one of :data:`SELECTIONS`), chosen on trace sets
         when the scorer is exported; ``None`` is ``topk``. ``sample`` needs a recorded ``temperature``.
@@ -152,6 +156,7 @@ class ScorerConfig:
     temperature: float | None = None
     spread: float | None = None
     newcomer_bonus: float | None = None
+    age_prior: float | None = None
     selection: str | None = None
     provenance: dict = field(default_factory=dict)
 

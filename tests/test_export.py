@@ -295,7 +295,7 @@ def test_the_export_names_the_weights_its_quoted_records_measured(scorer_dir, tm
     assert "| 32 | learned | 1.0123 |" in (tmp_path / "o2" / "README.md").read_text()
 
 
-@pytest.mark.parametrize("name", ["spread", "newcomer_bonus"])
+@pytest.mark.parametrize("name", ["spread", "newcomer_bonus", "age_prior"])
 def test_export_records_a_topk_default_and_checks_the_quoted_topk_runs_against_it(scorer_dir, tmp_path, capsys, name):
     """--spread S / --newcomer-bonus B becomes the learned policy's top-k default for this scorer; a quoted top-k
     record run at another value (or at none, as before the argument existed) is one line, exit 2, nothing written."""
@@ -359,7 +359,7 @@ def test_export_records_the_default_selection(scorer_dir, tmp_path, capsys):
     assert "invalid choice: 'best'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, value", [("spread", 0.5), ("newcomer_bonus", 0.5)])
+@pytest.mark.parametrize("name, value", [("spread", 0.5), ("newcomer_bonus", 0.5), ("age_prior", 0.5)])
 def test_a_recorded_topk_default_decides_as_the_explicit_argument(tiny_llama, name, value):
     """The learned policy with a scorer recording a top-k default evicts exactly as with the argument given, and
     otherwise as plain top-k would not (the recorded value is used); under sampling the recorded value is not."""

@@ -505,13 +505,14 @@ def test_card_picks_one_scorers_records_and_refuses_two_scorers(tmp_path, capsys
                                  16, 4)) == 4
     # a top-k stage's spread and newcomer bonus are quoted with it (`foresight export` checks them against the
     # scorer's top-k defaults); a sampled stage with a bonus is not the sampled default
-    both = card.card_records(f"{run('sp.json', 'sl', 'aa', {'spread': 0.005, 'newcomer_bonus': 0.02})}:sl",
-                             f"{sample}:sl_sample", 16, 4)
-    assert both[1]["policy"] == "learned (this scorer, top-k, spread 0.005, newcomer bonus 0.02)"
-    bonus_sampled = run("bs.json", "sl_sample", "aa", {"selection": "sample", "temperature": 0.003,
-                                                        "newcomer_bonus": 0.02})
-    with pytest.raises(ForesightError, match="sl_sample: measured with newcomer_bonus=0.02; the card quotes"):
-        card.card_records(f"{topk}:sl", f"{bonus_sampled}:sl_sample", 16, 4)
+    topk_args = {"spread": 0.005, "newcomer_bonus": 0.02, "age_prior": 0.01}
+    both = card.card_records(f"{run('sp.json', 'sl', 'aa', topk_args)}:sl", f"{sample}:sl_sample", 16, 4)
+    assert both[1]["policy"] == "learned (this scorer, top-k, spread 0.005, newcomer bonus 0.02, age prior 0.01)"
+    for name in ("newcomer_bonus", "age_prior"):
+        bonus_sampled = run(f"bs_{name}.json", "sl_sample", "aa", {"selection": "sample", "temperature": 0.003,
+                                                                  name: 0.02})
+        with pytest.raises(ForesightError, match=f"sl_sample: measured with {name}=0.02; the card quotes"):
+            card.card_records(f"{topk}:sl", f"{bonus_sampled}:sl_sample", 16, 4)
     with pytest.raises(ForesightError, match="cannot write"):
         card.main(["--topk", f"{topk}:sl", "--sample", f"{sample}:sl_sample", "--budget", "16", "--interval", "4",
                    "--out", str(tmp_path / "missing" / "card.json")])

@@ -61,8 +61,8 @@ class LearnedPolicy(EvictionPolicy):
         plus one), under either selection, so that an entry ranked just above the eviction boundary does not stay
         forever. Session 48's reading of why ``sample`` beats ``topk`` on long traces: a draw evicts a near-boundary
         entry with some probability at every event, a survival that decays with the number of events it lived
-        through, which ``topk`` lacks (``benchmarks/results/s48/``). 0 (default) leaves the scores as trained; not
-        chosen for any shipped scorer.
+        through, which ``topk`` lacks (``benchmarks/results/s48/``). Default: under ``topk`` the one the scorer
+        records (``age_prior`` in its config), else 0 (the scores as trained).
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -79,7 +79,7 @@ class LearnedPolicy(EvictionPolicy):
     newcomer_bonus: float | None = None
     score_momentum: float = 0.0
     spread: float | None = None
-    age_prior: float = 0.0
+    age_prior: float | None = None
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -95,7 +95,8 @@ class LearnedPolicy(EvictionPolicy):
         if self.newcomer_bonus is not None:
             check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
         check_range("score_momentum", self.score_momentum, 0.0)
-        check_range("age_prior", self.age_prior, 0.0)
+        if self.age_prior is not None:
+            check_range("age_prior", self.age_prior, 0.0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
@@ -167,6 +168,11 @@ class LearnedPolicy(EvictionPolicy):
         return self._topk_default("newcomer_bonus")
 
     @property
+    def applied_age_prior(self) -> float:
+        """The age prior this policy subtracts (times ``log1p(age)``)."""
+        return self._topk_default("age_prior")
+
+    @property
     def extractor(self):
         return self._extractor
 
@@ -182,6 +188,7 @@ class LearnedPolicy(EvictionPolicy):
         cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
         cfg["spread"] = self.topk_spread  # likewise
         cfg["newcomer_bonus"] = self.applied_newcomer_bonus
+        cfg["age_prior"] = self.applied_age_prior
         return cfg
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
@@ -221,8 +228,9 @@ class LearnedPolicy(EvictionPolicy):
             first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
             scores = scores.clone()
             scores[..., first_judged:] += bonus
-        if self.age_prior:
-            scores = scores - self.age_prior * log_age(view.positions, scores.shape[-1])
+        prior = self.applied_age_prior
+        if prior:
+            scores = scores - prior * log_age(view.positions, scores.shape[-1])
         return scores
 
     def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:

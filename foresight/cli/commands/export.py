@@ -20,6 +20,8 @@ def register(sub) -> None:
                    help="record S as the scorer's selection=topk spread (chosen on validation traces)")
     p.add_argument("--newcomer-bonus", type=float, default=None, metavar="B",
                    help="record B as the scorer's selection=topk newcomer bonus (chosen on validation traces)")
+    p.add_argument("--age-prior", type=float, default=None, metavar="L",
+                   help="record L as the scorer's selection=topk age prior (chosen on long validation traces)")
     p.add_argument("--selection", choices=SELECTIONS, default=None,
                    help="record the learned policy's default selection for this scorer (sample needs a temperature)")
     p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
@@ -47,7 +49,7 @@ def run(args) -> int:
 
     res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
                         adapter=args.adapter, temperature=args.temperature, spread=args.spread,
-                        newcomer_bonus=args.newcomer_bonus, selection=args.selection, notes=_notes(args.note))
+                        newcomer_bonus=args.newcomer_bonus, age_prior=args.age_prior, selection=args.selection, notes=_notes(args.note))
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["adapter"]:
         a = res["adapter"]
