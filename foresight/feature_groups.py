@@ -121,12 +121,17 @@ def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tens
     return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
 
 
-def log_age(positions: torch.Tensor, c: int) -> torch.Tensor:
-    """``log1p(t - position)`` of the first ``c`` entries, ``t`` the newest position in the cache plus one (the
-    ``age`` feature; the ``learned`` policy's ``age_prior`` subtracts a multiple of it)."""
+def entry_age(positions: torch.Tensor, c: int) -> torch.Tensor:
+    """``t - position`` of the first ``c`` entries (float), ``t`` the newest position in the cache plus one."""
     pos = positions.float()
     now = pos.amax(-1, keepdim=True) + 1
-    return torch.log1p((now - pos[..., :c]).clamp(min=0))
+    return (now - pos[..., :c]).clamp(min=0)
+
+
+def log_age(positions: torch.Tensor, c: int) -> torch.Tensor:
+    """``log1p`` of :func:`entry_age` (the ``age`` feature; the ``learned`` policy's ``age_prior`` subtracts a
+    multiple of it)."""
+    return torch.log1p(entry_age(positions, c))
 
 
 def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:

@@ -230,28 +230,44 @@ def test_learned_policy_from_directory_generates_within_budget(tmp_path):
     assert a.token_ids == b.token_ids
 
 
-def test_newcomer_bonus_raises_exactly_the_newest_candidates(tmp_path):
-    """``newcomer_bonus`` adds to the W newest candidates' scores (those judged on W..2W queries) and to no other."""
-    model, tok = get_model("tiny-llama")
+def _check_score_offset(model, tok, expected, **policy_args):
+    """Generate with the ``learned`` policy under ``policy_args`` and assert at every event that its scores less the
+    scorer's own scores of the same features equal ``expected(view)`` (one sequence: (Hkv, candidates)); returns the
+    policy."""
     plain = {}
-    pol = make_policy("learned", scorer=_scorer(model), newcomer_bonus=0.25,
+    pol = make_policy("learned", scorer=_scorer(model), selection="topk", spread=0.0, **policy_args,
                       on_features=lambda view, f: plain.update(s=pol.model(f, layer_idx=view.layer_idx)))
     checked = []
     score = pol.score
 
     def both(view):
-        with_bonus = score(view)
-        diff = with_bonus - plain["s"]  # the same features, scored without the bonus
-        pos = view.candidate_positions[0]  # (Hkv, candidates), one sequence
-        newest = pos >= pos.topk(W, dim=-1).values[..., -1:]
-        torch.testing.assert_close(diff[0], torch.where(newest, 0.25, 0.0), atol=1e-6, rtol=0)
+        got = score(view)
+        torch.testing.assert_close(got[0] - plain["s"][0], expected(view), atol=1e-5, rtol=0)
         checked.append(view.event)
-        return with_bonus
+        return got
 
     pol.score = both
     foresight.generate(model, tok, ["Hello there"], policy=pol, budget=B, interval=W, max_new_tokens=40,
                        stop_on_eos=False)
     assert len(set(checked)) > 3
+    return pol
+
+
+def _candidate_ages(view) -> torch.Tensor:
+    """``t - position`` of the first sequence's candidates computed by hand, ``t`` the newest position plus one."""
+    pos = view.candidate_positions[0].float()
+    return view.positions[0].float().amax(-1, keepdim=True) + 1 - pos
+
+
+def test_newcomer_bonus_raises_exactly_the_newest_candidates():
+    """``newcomer_bonus`` adds to the W newest candidates' scores (those judged on W..2W queries) and to no other."""
+    model, tok = get_model("tiny-llama")
+
+    def bonus(view):
+        pos = view.candidate_positions[0]
+        return torch.where(pos >= pos.topk(W, dim=-1).values[..., -1:], 0.25, 0.0)
+
+    pol = _check_score_offset(model, tok, bonus, newcomer_bonus=0.25)
     with pytest.raises(ValueError, match="newcomer_bonus"):
         make_policy("learned", scorer=pol.model, newcomer_bonus=-0.1)
 
@@ -260,24 +276,7 @@ def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest():
     """``age_prior`` lowers each candidate's score by ``lam * log1p(t - position)`` (``t`` the newest cached position
     plus one) and nothing else; large enough, top-k keeps the newest candidates, the order of age alone."""
     model, tok = get_model("tiny-llama")
-    plain = {}
-    pol = make_policy("learned", scorer=_scorer(model), age_prior=0.3, selection="topk", spread=0.0,
-                      on_features=lambda view, f: plain.update(s=pol.model(f, layer_idx=view.layer_idx)))
-    checked = []
-    score = pol.score
-
-    def both(view):
-        got = score(view)
-        pos = view.candidate_positions[0].float()  # (Hkv, candidates), one sequence
-        t = view.positions[0].float().amax(-1, keepdim=True) + 1
-        torch.testing.assert_close(got[0] - plain["s"][0], -0.3 * torch.log1p(t - pos), atol=1e-5, rtol=0)
-        checked.append(view.event)
-        return got
-
-    pol.score = both
-    foresight.generate(model, tok, ["Hello there"], policy=pol, budget=B, interval=W, max_new_tokens=40,
-                       stop_on_eos=False)
-    assert len(set(checked)) > 3
+    pol = _check_score_offset(model, tok, lambda view: -0.3 * torch.log1p(_candidate_ages(view)), age_prior=0.3)
     kept = []
     big = make_policy("learned", scorer=pol.model, age_prior=1e4, selection="topk", spread=0.0)
     select = big.select
@@ -295,6 +294,20 @@ def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest():
     assert kept and all(kept)
     with pytest.raises(ValueError, match="age_prior"):
         make_policy("learned", scorer=pol.model, age_prior=-0.1)
+
+
+def test_age_slope_subtracts_the_events_each_candidate_lived_through():
+    """``age_slope`` lowers each candidate's score by ``s * (t - position) / W`` and nothing else, on top of a
+    logarithmic ``age_prior`` when both are given; a negative slope is refused."""
+    model, tok = get_model("tiny-llama")
+
+    def offset(view):
+        age = _candidate_ages(view)
+        return -0.2 * age / W - 0.1 * torch.log1p(age)
+
+    pol = _check_score_offset(model, tok, offset, age_slope=0.2, age_prior=0.1)
+    with pytest.raises(ValueError, match="age_slope"):
+        make_policy("learned", scorer=pol.model, age_slope=-0.1)
 
 
 def test_score_momentum_equals_a_per_entry_moving_average_by_position():

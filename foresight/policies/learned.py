@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
-from foresight.feature_groups import log_age
+from foresight.feature_groups import entry_age, log_age
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
@@ -63,6 +63,11 @@ class LearnedPolicy(EvictionPolicy):
         entry with some probability at every event, a survival that decays with the number of events it lived
         through, which ``topk`` lacks (``benchmarks/results/s48/``). Default: under ``topk`` the one the scorer
         records (``age_prior`` in its config), else 0 (the scores as trained).
+    age_slope
+        ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
+        every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
+        so it separates old entries from very old ones and barely touches the young (session 49). 0 (default)
+        leaves the scores as trained.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
@@ -80,6 +85,7 @@ class LearnedPolicy(EvictionPolicy):
     score_momentum: float = 0.0
     spread: float | None = None
     age_prior: float | None = None
+    age_slope: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
@@ -97,6 +103,7 @@ class LearnedPolicy(EvictionPolicy):
         check_range("score_momentum", self.score_momentum, 0.0)
         if self.age_prior is not None:
             check_range("age_prior", self.age_prior, 0.0)
+        check_range("age_slope", self.age_slope, 0.0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
@@ -231,6 +238,9 @@ class LearnedPolicy(EvictionPolicy):
         prior = self.applied_age_prior
         if prior:
             scores = scores - prior * log_age(view.positions, scores.shape[-1])
+        if self.age_slope:
+            events = entry_age(view.positions, scores.shape[-1]) / (view.keys.shape[2] - view.num_candidates)
+            scores = scores - self.age_slope * events
         return scores
 
     def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
