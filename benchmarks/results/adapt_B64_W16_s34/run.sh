@@ -16,7 +16,7 @@ measure() {  # out dir, extra args
     --traces $E/heldout_traces --policies learned --scorer $S --other-scorer --budget 64 --interval 16 --out $out "$@"
 }
 echo "== $(date -u +%FT%TZ) measure"
-measure $E/adapt_s34_eval_B64 --policy-arg selection=topk > $E/adapt_s34_eval_B64.log 2>&1 & p1=$!
+measure $E/adapt_s34_eval_B64 --policy-arg selection=topk --policy-arg age_prior=0 > $E/adapt_s34_eval_B64.log 2>&1 & p1=$!
 measure $E/adapt_s34_eval_B64_sampled --policy-arg selection=sample --policy-arg temperature=0.005 \
   > $E/adapt_s34_eval_B64_sampled.log 2>&1 & p2=$!
 wait $p1; wait $p2

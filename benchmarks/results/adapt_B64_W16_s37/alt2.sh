@@ -57,7 +57,7 @@ measure() {  # out dir, extra args
   [ -f $out/adapt_eval.json ] || $PY benchmarks/adapt_eval.py --adapter $A2 --traces $E/heldout_traces \
     --policies learned --scorer $S --other-scorer --adapted-scorer $AVG --budget 64 --interval 16 --out $out "$@"
 }
-measure $E/adapt_s37c3_eval_B64 --policy-arg selection=topk > $E/adapt_s37c3_eval_B64.log 2>&1 & p1=$!
+measure $E/adapt_s37c3_eval_B64 --policy-arg selection=topk --policy-arg age_prior=0 > $E/adapt_s37c3_eval_B64.log 2>&1 & p1=$!
 measure $E/adapt_s37c3_eval_B64_sampled --policy-arg selection=sample --policy-arg temperature=0.005 \
   > $E/adapt_s37c3_eval_B64_sampled.log 2>&1 & p2=$!
 wait $p1; wait $p2

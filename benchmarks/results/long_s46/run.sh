@@ -55,7 +55,7 @@ two_ranks $PY -m foresight golden --traces $T --out $LT --budget 64 --interval 1
 measure() {
   [ -f $O/val1024/quality.json ] || $PY benchmarks/quality/run.py --model smollm2-135m --traces $V \
     --setting 64:16=$LV --policies tova,h2o --scorer r3_topk=$R3 --scorer r3_t005=$R3 \
-    --scorer avg3=smollm2-135m-b64-w16 --policy-arg r3_topk.selection=topk \
+    --scorer avg3=smollm2-135m-b64-w16 --policy-arg avg3.selection=sample --policy-arg r3_topk.selection=topk \
     --policy-arg r3_t005.selection=sample --policy-arg r3_t005.temperature=0.005 --batch-size 4 --out $O/val1024
 }
 if [ "${STAGE:-}" = measure ]; then stamp "benchmark on the 1,024-cap traces"; measure; stamp "done (STAGE=measure)"; exit 0; fi

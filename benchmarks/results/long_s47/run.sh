@@ -51,7 +51,7 @@ two_ranks $PY -m foresight golden --traces $A/traces --out $A/golden_B64_W16 --b
 two_ranks $PY -m foresight golden --traces $A/traces --out $A/golden_B128_W32 --budget 128 --interval 32 --no-progress
 Q $O/aime1024_b128 $A/traces 128:32=$A/golden_B128_W32 $(b128)
 Q $O/aime1024_b64 $A/traces 64:16=$A/golden_B64_W16 --scorer def=$B64 --scorer topk=$B64 \
-    --policy-arg topk.selection=topk
+    --policy-arg def.selection=sample --policy-arg topk.selection=topk --policy-arg topk.age_prior=0
 { echo "# 1,024-cap AIME, B=128: packaged sampled at T=0.003 - packaged at its default top-k (the rule: point not above zero)"
   C $O/aime1024_b128/quality.json:t003 $O/aime1024_b128/quality.json:def --budget 128 --interval 32 \
     --gap $O/aime1024_b128/quality.json:tova

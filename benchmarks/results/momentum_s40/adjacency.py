@@ -23,7 +23,7 @@ def main() -> None:
     for tid in TRACES:
         seq = ds[ids.index(tid)]["input_ids"]
         for sel in ("topk", "sample"):
-            pol = make_policy("learned", scorer="smollm2-135m-b64-w16", selection=sel)
+            pol = make_policy("learned", scorer="smollm2-135m-b64-w16", selection=sel, age_prior=0.0)
             st = {"adj": 0, "pairs": 0, "cut": []}
             plain = pol.select
 

@@ -18,7 +18,7 @@ S64=foresight/scorers/smollm2-135m-b64-w16 S128=foresight/scorers/smollm2-135m-b
 [ -f $V/plan.json ] || { echo "momentum_s40/run.sh: error: $V missing (STAGE=traces bash $R/temperature_s31/sweep.sh)" >&2; exit 2; }
 mkdir -p $O
 ev() {  # budget interval scorer traces out momentum [sample T]
-  local extra=(--policy-arg score_momentum=$6); if [ -n "${7:-}" ]; then extra+=(--policy-arg selection=sample --policy-arg temperature=$7); else extra+=(--policy-arg selection=topk); fi
+  local extra=(--policy-arg score_momentum=$6); if [ -n "${7:-}" ]; then extra+=(--policy-arg selection=sample --policy-arg temperature=$7); else extra+=(--policy-arg selection=topk --policy-arg age_prior=0); fi
   [ -f $O/$5/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $4 \
     --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 "${extra[@]}" --out $O/$5 --quiet
 }

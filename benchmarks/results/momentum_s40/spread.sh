@@ -17,7 +17,7 @@ S64=foresight/scorers/smollm2-135m-b64-w16 S128=foresight/scorers/smollm2-135m-b
 mkdir -p $O
 ev() {  # budget interval scorer traces out spread
   [ -f $O/$5/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $4 \
-    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg spread=$6 --out $O/$5 --quiet
+    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg spread=$6 --out $O/$5 --quiet
 }
 cmp() { $PY benchmarks/quality/compare.py "$@"; }
 echo "== $(date -u +%FT%TZ) validation, spread"

@@ -18,7 +18,7 @@ for t in $E/heldout_traces $E/extra16x3_traces $E/aime/traces; do
 done
 ev() {  # budget interval scorer traces out spread
   [ -f $O/$5/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $4 \
-    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg spread=$6 --out $O/$5 --quiet
+    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg spread=$6 --out $O/$5 --quiet
 }
 echo "== $(date -u +%FT%TZ) beyond, spread $SP64 / $SP128"
 ev 64 16 $S64 $E/aime/traces aime64_s $SP64 & p1=$!; ev 128 32 $S128 $E/aime/traces aime128_s $SP128 & p2=$!; wait $p1; wait $p2

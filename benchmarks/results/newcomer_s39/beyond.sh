@@ -16,7 +16,7 @@ HELDOUT=48 STAGE=heldout bash benchmarks/quality/recipe.sh
 STAGE=traces bash $R/extra16x3_s31/run.sh
 bash benchmarks/quality/aime_traces.sh $E/aime
 ev() {  # traces out [sample T]
-  local extra=(--policy-arg newcomer_bonus=$BONUS); if [ -n "${3:-}" ]; then extra+=(--policy-arg selection=sample --policy-arg temperature=$3); else extra+=(--policy-arg selection=topk); fi
+  local extra=(--policy-arg newcomer_bonus=$BONUS); if [ -n "${3:-}" ]; then extra+=(--policy-arg selection=sample --policy-arg temperature=$3); else extra+=(--policy-arg selection=topk --policy-arg age_prior=0); fi
   [ -f $O/$2/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $1 \
     --policies learned --scorer $S64 --budget 64 --interval 16 --batch-size 4 "${extra[@]}" --out $O/$2 --quiet
 }

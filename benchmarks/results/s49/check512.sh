@@ -33,20 +33,23 @@ stamp evaluations
 ev $E/heldout_traces held & p1=$!; ev $E/aime/traces aime & p2=$!; wait $p1; wait $p2
 ev $E/extra16x3_traces x16x3 & p1=$!; ev $X x16 & p2=$!; wait $p1; wait $p2
 ev $E/val_traces val
+for s in held x16 x16x3 aime val; do   # the committed copies the comparisons read
+  mkdir -p $R/s49/$s && cp $O/$s/{fidelity.json,fidelity.md,settings.json} $R/s49/$s/
+done
 F=fidelity.json:learned S=$R/ensemble_s33
 GH=$R/quality_B64_recipe336/quality.json:tova GX=$R/quality_B64_recipe336/extra16/quality.json:tova
 G3=$R/extra16x3_s31/B64/quality.json:tova GA=$R/quality_B64_aime/quality.json:tova GV=$R/temperature_s31/B64/quality.json:tova
 C() { $PY benchmarks/quality/compare.py "$@" --budget 64 --interval 16; }
 { echo "# 1. benchmark split: candidate - tova"
-  C $O/held/$F $GH --gap $GH
+  C $R/s49/held/$F $GH --gap $GH
   echo "# 3. candidate - the packaged default (sampled T=0.005), set by set"
-  C $O/held/$F $S/held_t005/$F --gap $GH
-  C $O/x16/$F $S/x16_t005/$F --gap $GX
-  C $O/x16x3/$F $S/x16x3_t005/$F --gap $G3 --by-problem
-  C $O/aime/$F $S/aime_t005/$F --gap $GA
-  C $O/val/$F $S/val_avg3_t005/$F --gap $GV --by-problem
+  C $R/s49/held/$F $S/held_t005/$F --gap $GH
+  C $R/s49/x16/$F $S/x16_t005/$F --gap $GX
+  C $R/s49/x16x3/$F $S/x16x3_t005/$F --gap $G3 --by-problem
+  C $R/s49/aime/$F $S/aime_t005/$F --gap $GA
+  C $R/s49/val/$F $S/val_avg3_t005/$F --gap $GV --by-problem
   echo "# 2. pooled beyond the split: candidate, then the default"
-  for s in "$O/x16 $O/x16x3 $O/aime" "$S/x16_t005 $S/x16x3_t005 $S/aime_t005"; do set -- $s
+  for s in "$R/s49/x16 $R/s49/x16x3 $R/s49/aime" "$S/x16_t005 $S/x16x3_t005 $S/aime_t005"; do set -- $s
     $PY benchmarks/quality/pooled_gap.py --budget 64 --interval 16 --set $1/$F $GX --set $2/$F $G3 --set $3/$F $GA
   done
 } > $R/s49/check512.txt

@@ -13,7 +13,7 @@ F=fidelity.json:learned
     trace --model smollm2-135m --data $E/split/heldout_extra16.jsonl --max-new-tokens 512 --batch-size 16 --seed 0 --out $X --no-progress; }
 ev() {  # budget interval scorer out
   [ -f $O/$4/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $X \
-    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --out $O/$4 --quiet
+    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --out $O/$4 --quiet
 }
 ev 64 16 foresight/scorers/smollm2-135m-b64-w16 x16_64 & p1=$!
 ev 128 32 foresight/scorers/smollm2-135m-b128-w32 x16_128 & p2=$!; wait $p1; wait $p2

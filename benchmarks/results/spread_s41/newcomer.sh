@@ -22,7 +22,7 @@ F=fidelity.json:learned
 mkdir -p $O
 ev() {  # budget interval scorer traces out bonus
   [ -f $O/$5/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $4 \
-    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg spread=0.005 \
+    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg spread=0.005 \
     --policy-arg newcomer_bonus=$6 --out $O/$5 --quiet
 }
 cmp() { $PY benchmarks/quality/compare.py "$@"; }

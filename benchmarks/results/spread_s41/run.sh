@@ -24,7 +24,7 @@ F=fidelity.json:learned
 mkdir -p $O
 ev() {  # budget interval scorer traces out spread
   [ -f $O/$5/fidelity.json ] || OMP_NUM_THREADS=1 $PY -m foresight eval fidelity --model smollm2-135m --traces $4 \
-    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg spread=$6 --out $O/$5 --quiet
+    --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg spread=$6 --out $O/$5 --quiet
 }
 cmp() { $PY benchmarks/quality/compare.py "$@"; }
 need() { for t in "$@"; do [ -e $t ] || { echo "spread_s41/run.sh: error: $t missing (see this script's header)" >&2; exit 2; }; done; }
