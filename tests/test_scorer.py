@@ -296,6 +296,24 @@ def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest():
         make_policy("learned", scorer=pol.model, age_prior=-0.1)
 
 
+def test_age_prior_from_counts_only_the_age_past_it():
+    """``age_prior_from=a0`` makes the prior ``lam * log1p(max(age - a0, 0))``: entries younger than ``a0`` keep their
+    trained scores exactly; a negative start is refused."""
+    model, tok = get_model("tiny-llama")
+    offsets = []
+
+    def offset(view):
+        off = -0.3 * torch.log1p((_candidate_ages(view) - 12).clamp(min=0))
+        offsets.append(off)
+        return off
+
+    pol = _check_score_offset(model, tok, offset, age_prior=0.3, age_prior_from=12)
+    both = torch.cat([o.flatten() for o in offsets])
+    assert bool((both == 0).any()) and bool((both < 0).any())  # some candidates younger than 12, some older
+    with pytest.raises(ValueError, match="age_prior_from"):
+        make_policy("learned", scorer=pol.model, age_prior_from=-1)
+
+
 def test_age_slope_subtracts_the_events_each_candidate_lived_through():
     """``age_slope`` lowers each candidate's score by ``s * (t - position) / W`` and nothing else, on top of a
     logarithmic ``age_prior`` when both are given; a negative slope is refused."""

@@ -63,6 +63,10 @@ class LearnedPolicy(EvictionPolicy):
         entry with some probability at every event, a survival that decays with the number of events it lived
         through, which ``topk`` lacks (``benchmarks/results/s48/``). Default: under ``topk`` the one the scorer
         records (``age_prior`` in its config), else 0 (the scores as trained).
+    age_prior_from
+        ``a0`` >= 0 tokens: the age prior counts only the age past ``a0``, ``lam * log1p(max(age - a0, 0))``, so entries
+        younger than ``a0`` keep the scores as trained (session 49: the prior repairs long traces and costs a little on
+        short ones, whose entries are all young). 0 (default) is the plain prior.
     age_slope
         ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
         every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
@@ -85,6 +89,7 @@ class LearnedPolicy(EvictionPolicy):
     score_momentum: float = 0.0
     spread: float | None = None
     age_prior: float | None = None
+    age_prior_from: int = 0
     age_slope: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
@@ -104,6 +109,7 @@ class LearnedPolicy(EvictionPolicy):
         if self.age_prior is not None:
             check_range("age_prior", self.age_prior, 0.0)
         check_range("age_slope", self.age_slope, 0.0)
+        check_range("age_prior_from", self.age_prior_from, 0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
@@ -237,7 +243,7 @@ class LearnedPolicy(EvictionPolicy):
             scores[..., first_judged:] += bonus
         prior = self.applied_age_prior
         if prior:
-            scores = scores - prior * log_age(view.positions, scores.shape[-1])
+            scores = scores - prior * log_age(view.positions, scores.shape[-1], self.age_prior_from)
         if self.age_slope:
             events = entry_age(view.positions, scores.shape[-1]) / (view.keys.shape[2] - view.num_candidates)
             scores = scores - self.age_slope * events

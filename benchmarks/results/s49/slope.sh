@@ -4,7 +4,7 @@
 # moved the long traces from 36% to 53% of the gap and cost as much on the short ones, and at B=64 it lost a few
 # points under 300 tokens. A sampled draw's hazard is per event, so an entry's survival decays with the events it lived
 # through: the deterministic counterpart is a prior *linear* in that count. The learned policy's `age_slope=s` (new)
-# subtracts s * age / W. Here: s = 0.001 / 0.003 / 0.0003 (in that order) at B=64 (top-k, spread 0.005) and at B=128 (its default
+# subtracts s * age / W. Here: s = 0.001 / 0.003 at B=64 (top-k, spread 0.005) and at B=128 (its default
 # top-k), paired by problem against plain top-k, the packaged defaults and session 48's age_prior 0.01.
 # B=64 gives age_prior=0: the packaged scorer records 0.01 as its top-k default since this session's export.
 # About 60 min on 2 cores alone. Every evaluation resumes (skipped when done).
@@ -17,7 +17,7 @@ for f in $V/plan.json $Q64 $Q128 $S48/b64_topk/fidelity.json $S48/b64_topk_a01/f
 done
 mkdir -p $O
 ev() { PY=$PY bash benchmarks/quality/eval_learned.sh "$@"; }
-S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32 SL="001 003 0003"
+S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32 SL="001 003"
 for s in $SL; do
   ev $S64 $V $O/v64_s$s 64 16 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg age_slope=0.$s & p1=$!
   ev $S128 $V $O/v128_s$s 128 32 --policy-arg age_slope=0.$s & p2=$!; wait $p1; wait $p2
