@@ -61,17 +61,20 @@ class LearnedPolicy(EvictionPolicy):
         plus one), under either selection, so that an entry ranked just above the eviction boundary does not stay
         forever. Session 48's reading of why ``sample`` beats ``topk`` on long traces: a draw evicts a near-boundary
         entry with some probability at every event, a survival that decays with the number of events it lived
-        through, which ``topk`` lacks (``benchmarks/results/s48/``). Default: under ``topk`` the one the scorer
-        records (``age_prior`` in its config), else 0 (the scores as trained).
+        through, which ``topk`` lacks (``benchmarks/results/s48/``; session 49 located the gain in the tilt among
+        entries younger than a few hundred tokens). Default: under ``topk`` the one the scorer records (``age_prior``
+        in its config; 0.01 for the packaged B=64 scorer since session 49), else 0 (the scores as trained).
     age_prior_from
         ``a0`` >= 0 tokens: the age prior counts only the age past ``a0``, ``lam * log1p(max(age - a0, 0))``, so entries
-        younger than ``a0`` keep the scores as trained (session 49: the prior repairs long traces and costs a little on
-        short ones, whose entries are all young). 0 (default) is the plain prior.
+        younger than ``a0`` keep the scores as trained. Measured worse than 0 at both budgets (session 49,
+        ``benchmarks/results/s49/gate.txt``): the prior's gain on long traces lies in its tilt among young entries.
+        0 (default) is the plain prior.
     age_slope
         ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
         every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
-        so it separates old entries from very old ones and barely touches the young (session 49). 0 (default)
-        leaves the scores as trained.
+        so it separates old entries from very old ones and barely touches the young. Measured worse than
+        ``age_prior`` at both budgets (session 49, ``benchmarks/results/s49/slope.txt``). 0 (default) leaves the
+        scores as trained.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
         (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
