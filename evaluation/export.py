@@ -357,9 +357,10 @@ def _set_selection(scorer, selection: str | None) -> None:
 
 def check_card_topk_defaults(records: list, config, where: str) -> None:
     """Refuse quoted ``learned`` top-k records run at another value of a top-k default
-    (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus, age prior) than the one this scorer's ``learned`` policy
-    uses by default (its recorded value, else 0): the card would present plain top-k numbers as the default's, or
-    the reverse. Records that name no selection are left alone; older ones that name no such value ran at 0."""
+    (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus, age prior) than the one this scorer's
+    ``learned`` policy uses by default (its recorded value, else 0): the card would present plain top-k numbers as
+    the default's, or the reverse. Records that name no selection are left alone; older ones that name no such
+    value ran at 0."""
     for name in TOPK_DEFAULTS:
         default = float(getattr(config, name) or 0.0)
         flag = f"--{name.replace('_', '-')}"
@@ -410,8 +411,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
     e.g. SL + DAgger; re-exporting such a scorer may replace the one an earlier export recorded); ``spread`` records
     the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin and ``age_prior``
-    its age prior (quoted top-k fidelity records must have run at all three); ``selection`` records the selection the ``learned`` policy runs the
-    scorer with by default (``topk`` or ``sample``; chosen on held-out trace sets);
+    its age prior (quoted top-k fidelity records must have run at all three); ``selection`` records the selection
+    the ``learned`` policy runs the scorer with by default (``topk`` or ``sample``; chosen on held-out trace sets);
     ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's

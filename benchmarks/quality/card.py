@@ -7,8 +7,8 @@ selection=sample``). The two learned records are relabelled so the card says whi
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
 CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default
-value: no ``any_budget`` transfer, no ``score_momentum``; a top-k stage's spread, newcomer bonus and age prior are quoted
-with it, and ``foresight export`` checks them against the scorer's recorded top-k defaults; a sampled stage's
+value: no ``any_budget`` transfer, no ``score_momentum``; a top-k stage's spread, newcomer bonus and age prior are
+quoted with it, and ``foresight export`` checks them against the scorer's recorded top-k defaults; a sampled stage's
 newcomer bonus and age prior must be 0); anything else is refused. The learned records carry the
 weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against
 the exported scorer. Stages measured by ``foresight eval fidelity`` alone (``fidelity.json:learned``) take golden and
@@ -43,8 +43,8 @@ UNQUOTED = {f.name: f.default for f in dataclasses.fields(LearnedPolicy) if f.in
 
 
 def _selection(record: dict, spec: str) -> tuple[str, dict[str, float]]:
-    """(selection, {temperature, spread, newcomer_bonus, age_prior}) the stage was measured with, from its record's resolved
-    policy config (records from before a top-k default existed ran at 0)."""
+    """(selection, {temperature, spread, newcomer_bonus, age_prior}) the stage was measured with, from its record's
+    resolved policy config (records from before a top-k default existed ran at 0)."""
     cfg = record.get("policy_config") or {}
     if not isinstance(cfg, dict) or "selection" not in cfg or "temperature" not in cfg:
         raise ForesightError(f"{spec}: the record has no policy_config with selection and temperature")
@@ -113,8 +113,8 @@ def card_records(topk_spec: str, sample_spec: str, budget: int, interval: int,
         raise ForesightError(f"{sample_spec}: measured with selection={selection}, not sample")
     for k in TOPK_DEFAULTS:  # the scorer's recorded values are top-k's: sampling by default adds none
         if sample_args[k]:
-            raise ForesightError(f"{sample_spec}: measured with {k}={sample_args[k]:g}; the card quotes "
-                                 f"selection=sample as the learned policy runs it by default (no {k.replace('_', ' ')})")
+            raise ForesightError(f"{sample_spec}: measured with {k}={sample_args[k]:g}; the card quotes selection="
+                                 f"sample as the learned policy runs it by default (no {k.replace('_', ' ')})")
     meta_r, (golden, best) = _golden_and_best(reference or topk_file, budget, interval)
     if reference:
         for r in (golden, best):

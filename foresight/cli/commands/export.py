@@ -49,7 +49,8 @@ def run(args) -> int:
 
     res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
                         adapter=args.adapter, temperature=args.temperature, spread=args.spread,
-                        newcomer_bonus=args.newcomer_bonus, age_prior=args.age_prior, selection=args.selection, notes=_notes(args.note))
+                        newcomer_bonus=args.newcomer_bonus, age_prior=args.age_prior, selection=args.selection,
+                        notes=_notes(args.note))
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["adapter"]:
         a = res["adapter"]
