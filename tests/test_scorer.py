@@ -314,6 +314,24 @@ def test_age_prior_from_counts_only_the_age_past_it():
         make_policy("learned", scorer=pol.model, age_prior_from=-1)
 
 
+def test_age_prior_after_applies_the_prior_only_once_the_trace_is_that_long():
+    """``age_prior_after=t0``: no offset at events whose newest cached position is below ``t0 - 1``, the full prior
+    from there on; a negative value is refused."""
+    model, tok = get_model("tiny-llama")
+    seen = []
+
+    def offset(view):
+        late = int(view.positions[0].amax()) + 1 >= 30
+        seen.append(late)
+        full = -0.3 * torch.log1p(_candidate_ages(view))
+        return full if late else torch.zeros_like(full)
+
+    pol = _check_score_offset(model, tok, offset, age_prior=0.3, age_prior_after=30)
+    assert True in seen and False in seen
+    with pytest.raises(ValueError, match="age_prior_after"):
+        make_policy("learned", scorer=pol.model, age_prior_after=-1)
+
+
 def test_age_slope_subtracts_the_events_each_candidate_lived_through():
     """``age_slope`` lowers each candidate's score by ``s * (t - position) / W`` and nothing else, on top of a
     logarithmic ``age_prior`` when both are given; a negative slope is refused."""

@@ -69,6 +69,10 @@ class LearnedPolicy(EvictionPolicy):
         younger than ``a0`` keep the scores as trained. Measured worse than 0 at both budgets (session 49,
         ``benchmarks/results/s49/gate.txt``): the prior's gain on long traces lies in its tilt among young entries.
         0 (default) is the plain prior.
+    age_prior_after
+        ``t0`` >= 0 tokens: apply the age prior only at events where the cache's newest position is at least ``t0``,
+        so a trace shorter than ``t0`` is ranked as trained (session 49: at B=128 the prior gains on long traces
+        what it costs on short ones). 0 (default) applies it at every event.
     age_slope
         ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
         every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
@@ -93,6 +97,7 @@ class LearnedPolicy(EvictionPolicy):
     spread: float | None = None
     age_prior: float | None = None
     age_prior_from: int = 0
+    age_prior_after: int = 0
     age_slope: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
@@ -113,6 +118,7 @@ class LearnedPolicy(EvictionPolicy):
             check_range("age_prior", self.age_prior, 0.0)
         check_range("age_slope", self.age_slope, 0.0)
         check_range("age_prior_from", self.age_prior_from, 0)
+        check_range("age_prior_after", self.age_prior_after, 0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
@@ -246,7 +252,11 @@ class LearnedPolicy(EvictionPolicy):
             scores[..., first_judged:] += bonus
         prior = self.applied_age_prior
         if prior:
-            scores = scores - prior * log_age(view.positions, scores.shape[-1], self.age_prior_from)
+            penalty = prior * log_age(view.positions, scores.shape[-1], self.age_prior_from)
+            if self.age_prior_after:  # per sequence: the batch's rows may be at different lengths
+                late = view.positions.float().amax(-1, keepdim=True) + 1 >= self.age_prior_after
+                penalty = penalty * late
+            scores = scores - penalty
         if self.age_slope:
             events = entry_age(view.positions, scores.shape[-1]) / (view.keys.shape[2] - view.num_candidates)
             scores = scores - self.age_slope * events
