@@ -71,8 +71,9 @@ class LearnedPolicy(EvictionPolicy):
         0 (default) is the plain prior.
     age_prior_after
         ``t0`` >= 0 tokens: apply the age prior only at events where the cache's newest position is at least ``t0``,
-        so a trace shorter than ``t0`` is ranked as trained (session 49: at B=128 the prior gains on long traces
-        what it costs on short ones). 0 (default) applies it at every event.
+        so a trace shorter than ``t0`` is ranked as trained. Session 49 (``benchmarks/results/s49/after.txt``): at
+        B=128 after 512 it keeps short traces as trained but loses most of the long ones' gain, which builds up from
+        the first events. 0 (default) applies it at every event.
     age_slope
         ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
         every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
