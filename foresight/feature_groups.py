@@ -121,11 +121,14 @@ def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tens
     return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
 
 
+def cache_now(positions: torch.Tensor) -> torch.Tensor:
+    """``t``, the newest position in the cache plus one, per row (float, the last dimension kept as 1)."""
+    return positions.float().amax(-1, keepdim=True) + 1
+
+
 def entry_age(positions: torch.Tensor, c: int) -> torch.Tensor:
-    """``t - position`` of the first ``c`` entries (float), ``t`` the newest position in the cache plus one."""
-    pos = positions.float()
-    now = pos.amax(-1, keepdim=True) + 1
-    return (now - pos[..., :c]).clamp(min=0)
+    """``t - position`` of the first ``c`` entries (float), ``t`` :func:`cache_now`."""
+    return (cache_now(positions) - positions[..., :c].float()).clamp(min=0)
 
 
 def log_age(positions: torch.Tensor, c: int, start: int = 0) -> torch.Tensor:

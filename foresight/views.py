@@ -175,6 +175,11 @@ class EvictView:
     def candidate_positions(self) -> torch.Tensor:
         return self.positions[..., : self.num_candidates]
 
+    @property
+    def num_protected(self) -> int:
+        """The newest entries that are not candidates (the interval ``W`` at a regular event)."""
+        return self.keys.shape[2] - self.num_candidates
+
     def prerope_keys(self, c: int) -> torch.Tensor:
         """The first ``c`` entries' keys with RoPE undone (:func:`unrotate_keys`), (batch, Hkv, c, d) fp32."""
         if self.rope is None:

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
-from foresight.feature_groups import entry_age, log_age
+from foresight.feature_groups import cache_now, entry_age, log_age
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
@@ -248,18 +248,18 @@ class LearnedPolicy(EvictionPolicy):
             scores = self._smoothed(view, scores)
         bonus = self.applied_newcomer_bonus
         if bonus:
-            first_judged = max(view.num_candidates - (view.keys.shape[2] - view.num_candidates), 0)
+            first_judged = max(view.num_candidates - view.num_protected, 0)
             scores = scores.clone()
             scores[..., first_judged:] += bonus
         prior = self.applied_age_prior
         if prior:
             penalty = prior * log_age(view.positions, scores.shape[-1], self.age_prior_from)
             if self.age_prior_after:  # per sequence: the batch's rows may be at different lengths
-                late = view.positions.float().amax(-1, keepdim=True) + 1 >= self.age_prior_after
+                late = cache_now(view.positions) >= self.age_prior_after
                 penalty = penalty * late
             scores = scores - penalty
         if self.age_slope:
-            events = entry_age(view.positions, scores.shape[-1]) / (view.keys.shape[2] - view.num_candidates)
+            events = entry_age(view.positions, scores.shape[-1]) / view.num_protected
             scores = scores - self.age_slope * events
         return scores
 
