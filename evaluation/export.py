@@ -184,6 +184,17 @@ def _topk_defaults_text(cfg) -> str:
     return f" with {', '.join(parts)}" if parts else ""
 
 
+def _cache_line(cfg) -> str:
+    """The card's line on the (B, W) the scorer runs at, and the one it was trained at when it was moved."""
+    trained = (cfg.provenance or {}).get("trained_at")
+    if not cfg.window and not trained:
+        return f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}"
+    where = (f"trained at B = {trained.get('budget')}, W = {trained.get('interval')}; " if isinstance(trained, dict)
+             else "")
+    return (f"- runs at budget B = {cfg.budget}, interval W = {cfg.interval} ({where}its recent-query window stays "
+            f"{cfg.feature_window})")
+
+
 def _selection_defaults_text(cfg) -> str:
     """The selections a scorer config makes the ``learned`` policy run, its default first."""
     topk = "top-k" + _topk_defaults_text(cfg)
@@ -226,7 +237,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         "",
         f"- base model: `{fp.get('model', '?')}` ({fp.get('model_type')}, {fp.get('num_layers')} layers, "
         f"{fp.get('num_heads')} query heads, {fp.get('num_kv_heads')} KV heads, head_dim {fp.get('head_dim')})",
-        f"- trained at budget B = {cfg.budget}, interval W = {cfg.interval}",
+        _cache_line(cfg),
         "- `learned` policy defaults: " + _selection_defaults_text(cfg),
         f"- features: {', '.join(cfg.feature_set)} (input dim {cfg.input_dim}); hidden width {cfg.hidden}; "
         f"{n_params:,} parameters",
@@ -355,6 +366,35 @@ def _set_selection(scorer, selection: str | None) -> None:
         raise ForesightError(f"--selection {selection}: {exc}{hint}") from None
 
 
+def _set_cache(scorer, budget: int | None, interval: int | None, prov: dict) -> None:
+    """Record the (B, W) of the cache the exported scorer runs in, when it is not the one it was trained at (a
+    transfer measured on held-out traces before it is recorded): the config's ``budget`` and ``interval`` become
+    them, its ``window`` keeps the W the scorer was trained at (so its features are the ones it learned from), and
+    ``prov`` records ``trained_at`` (the first move's, when a moved scorer is moved again)."""
+    if budget is None and interval is None:
+        return
+    if budget is None or interval is None:
+        raise ForesightError("--budget and --interval go together: the (B, W) of the cache the exported scorer runs "
+                             f"in (got only {'--budget' if interval is None else '--interval'})")
+    cfg = scorer.config
+    try:  # the config validates its own fields (0 < W < B)
+        scorer.config = dataclasses.replace(cfg, budget=budget, interval=interval, window=cfg.feature_window)
+    except ValueError as exc:
+        raise ForesightError(f"--budget {budget} --interval {interval}: {exc}") from None
+    if (budget, interval) != (cfg.budget, cfg.interval):
+        prov.setdefault("trained_at", {"budget": cfg.budget, "interval": cfg.interval})
+
+
+def check_card_cache(records: list, config, where: str) -> None:
+    """Refuse quoted ``learned`` records of a scorer moved to another cache (``--budget --interval``) that were not
+    measured in that cache: its card would present the numbers of the cache it left as the new one's."""
+    for r in records:
+        if _is_learned(r) and (r.get("budget"), r.get("interval")) != (config.budget, config.interval):
+            raise ForesightError(f"{where}: its record {r['policy']!r} was measured at B={r.get('budget')} "
+                                 f"W={r.get('interval')}, and the exported scorer runs at B={config.budget} "
+                                 f"W={config.interval}; quote runs in that cache")
+
+
 def check_card_topk_defaults(records: list, config, where: str) -> None:
     """Refuse quoted ``learned`` top-k records run at another value of a top-k default
     (:data:`~foresight.scorer.TOPK_DEFAULTS`: spread, newcomer bonus, age prior) than the one this scorer's
@@ -405,7 +445,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
                   atol: float = 1e-5, overwrite: bool = False, adapter: str | Path | None = None,
                   temperature: float | None = None, spread: float | None = None,
                   newcomer_bonus: float | None = None, age_prior: float | None = None, selection: str | None = None,
-                  notes: dict[str, str] | None = None) -> dict:
+                  notes: dict[str, str] | None = None, budget: int | None = None,
+                  interval: int | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
@@ -413,7 +454,10 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     the ``spread`` that ``selection=topk`` uses by default, ``newcomer_bonus`` its newcomer margin and ``age_prior``
     its age prior (quoted top-k fidelity records must have run at all three); ``selection`` records the selection
     the ``learned`` policy runs the scorer with by default (``topk`` or ``sample``; chosen on held-out trace sets);
-    ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card.
+    ``notes`` adds provenance entries (how the scorer was chosen, the recipe), quoted in the card. ``budget`` and
+    ``interval`` (together) move the scorer to a cache of another (B, W), keeping the feature window it was trained
+    with (:func:`_set_cache`; the ``learned`` policy then runs it there without ``any_budget``); its card then quotes
+    only ``fidelity`` records whose learned rows were measured in that cache (none is looked for beside it).
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
     format and described in the model card (:mod:`evaluation.export_adapter`).
@@ -431,17 +475,23 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     out = Path(out)
     _check_out(out, scorer_dir, overwrite)
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
+    source_config = scorer.config
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
     _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus, "age_prior": age_prior})
     _set_selection(scorer, selection)
+    _set_cache(scorer, budget, interval, prov)
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov
     sha = file_sha256(scorer_dir / WEIGHTS_NAME)  # the weights are copied byte for byte: the export's too
-    fid = find_fidelity(src, scorer_dir, sha, fidelity)  # read before anything is written
+    moved = (scorer.config.budget, scorer.config.interval) != (source_config.budget, source_config.interval)
+    # read before anything is written; a moved scorer's card is never one found beside it (measured where it was)
+    fid = find_fidelity(src, scorer_dir, sha, fidelity) if fidelity is not None or not moved else None
     if fid:
         check_card_topk_defaults(fid[0], scorer.config, f"fidelity results {fid[1]}")
+        if moved:
+            check_card_cache(fid[0], scorer.config, f"fidelity results {fid[1]}")
     adapter_dir = resolve_adapter_dir(adapter) if adapter is not None else None
     if adapter_dir is not None:
         check_scorer_base(adapter_dir, scorer)

@@ -120,7 +120,8 @@ class ScorerConfig:
     fingerprint
         :func:`foresight.model_fingerprint` of the base model.
     budget, interval
-        B and W the scorer was trained at; ``interval`` is also the extractor's recent-query window.
+        B and W of the cache the scorer runs in: the (B, W) it was trained at, unless ``foresight export --budget B
+        --interval W`` moved it to another cache (then ``window`` keeps the W it was trained at).
     feature_set
         Feature groups of :mod:`foresight.features`.
     hidden
@@ -140,6 +141,10 @@ class ScorerConfig:
         The default ``age_prior`` of the ``learned`` policy's ``selection=topk`` (``lam``: every score less
         ``lam * log1p(age)``, :func:`foresight.feature_groups.log_age`), chosen on long validation traces;
         ``None`` is no prior.
+    window
+        The extractor's recent-query window (its max/min/sum statistics over the last ``window`` queries) when it
+        differs from ``interval``: the W a scorer moved to another cache was trained at, so its features are the
+        ones it learned from; ``None`` is ``interval``.
     selection
         The ``learned`` policy's default selection for this scorer (one of :data:`SELECTIONS`), chosen on trace sets
         when the scorer is exported; ``None`` is ``topk``. ``sample`` needs a recorded ``temperature``.
@@ -158,6 +163,7 @@ class ScorerConfig:
     newcomer_bonus: float | None = None
     age_prior: float | None = None
     selection: str | None = None
+    window: int | None = None
     provenance: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -173,6 +179,10 @@ class ScorerConfig:
                              f"fingerprint.num_kv_heads ({self.fingerprint['num_kv_heads']})")
         if self.budget <= 0 or self.interval <= 0 or self.interval >= self.budget:
             raise ValueError(f"need 0 < interval < budget, got budget={self.budget} interval={self.interval}")
+        if self.window is not None and self.window <= 0:
+            raise ValueError(f"window must be a positive integer (or null), got {self.window}")
+        if self.window == self.interval:  # one way to write each scorer: the default is the interval
+            self.window = None
         if self.hidden <= 0:
             raise ValueError(f"hidden must be positive, got {self.hidden}")
         if not 0.0 <= self.decay <= 1.0:  # the feature extractor's range, checked when the scorer loads
@@ -205,9 +215,16 @@ class ScorerConfig:
     def input_dim(self) -> int:
         return feature_dim(self.feature_set, int(self.fingerprint["head_dim"]), self.num_groups)
 
+    @property
+    def feature_window(self) -> int:
+        """The extractor's recent-query window: ``window``, else ``interval``."""
+        return self.window or self.interval
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["feature_set"] = list(self.feature_set)
+        if d["window"] is None:  # written only when set, so every earlier config reads and writes as it was
+            d.pop("window")
         return d
 
     @classmethod
@@ -217,7 +234,7 @@ class ScorerConfig:
 
     def extractor(self) -> FeatureExtractor:
         """The feature extractor matching this scorer (the only way features are built)."""
-        return FeatureExtractor(window=self.interval, feature_set=self.feature_set, decay=self.decay)
+        return FeatureExtractor(window=self.feature_window, feature_set=self.feature_set, decay=self.decay)
 
 
 class Scorer(nn.Module):
@@ -272,10 +289,11 @@ class Scorer(nn.Module):
         Each member's standardisation is folded into its first layer (``W1 / std``, ``b1 - W1 · mean / std``), the
         hidden units are concatenated (width = sum of the members') and the output weights divided by the number
         of members; the result standardises nothing (mean 0, std 1). Members must share the model, B, W, the
-        feature set and the decay. The ensemble's ``selection=sample`` temperature is ``temperature`` where given;
-        otherwise the members must record the same one (or all none): members that differ (a recorded temperature
-        beside another or beside none, which samples at 1) are refused, naming each member's, with ``fix`` as the
-        way out, rather than the ensemble sampling at one member's temperature nobody chose. Its ``selection=topk``
+        feature window, the feature set and the decay. The ensemble's ``selection=sample`` temperature is
+        ``temperature`` where given; otherwise the members must record the same one (or all none): members that
+        differ (a recorded temperature beside another or beside none, which samples at 1) are refused, naming each
+        member's, with ``fix`` as the way out, rather than the ensemble sampling at one member's temperature nobody
+        chose. Its ``selection=topk``
         defaults (:data:`TOPK_DEFAULTS`) are the members' where they all record the same (or none); members that
         differ are refused likewise (re-export them with one value, ``foresight export --spread S``); its default
         selection (``ScorerConfig.selection``) likewise. Provenance keys of
@@ -288,7 +306,8 @@ class Scorer(nn.Module):
         for s in scorers[1:]:
             c = s.config
             s.check_compatible(first.fingerprint)
-            diff = [k for k in ("budget", "interval", "feature_set", "decay") if getattr(c, k) != getattr(first, k)]
+            diff = [k for k in ("budget", "interval", "window", "feature_set", "decay")
+                    if getattr(c, k) != getattr(first, k)]
             if diff:
                 raise ForesightError(f"average: scorer {s.source or '(in memory)'} differs from "
                                      f"{scorers[0].source or '(in memory)'} in {', '.join(diff)}")
@@ -306,7 +325,8 @@ class Scorer(nn.Module):
                 provenance.setdefault(key, values[0])
         config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
                               hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=temperature, **topk, selection=selection, provenance=provenance)
+                              temperature=temperature, **topk, selection=selection, window=first.window,
+                              provenance=provenance)
         out = cls(config, seed=None)
         n = len(scorers)
         w1 = [s.w1 / s.feature_std[..., None] for s in scorers]

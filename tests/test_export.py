@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 
 import numpy as np
@@ -383,3 +384,81 @@ def test_a_recorded_topk_default_decides_as_the_explicit_argument(tiny_llama, na
     torch.testing.assert_close(ce(recorded, **{name: 0.0}), ce(plain))
     sampled = {"selection": "sample", "temperature": 0.1, "seed": 3}
     torch.testing.assert_close(ce(recorded, **sampled), ce(plain, **sampled))
+
+
+def test_export_moves_a_scorer_to_another_cache(scorer_dir, tmp_path, tiny_llama, capsys):
+    """``--budget B --interval W`` records the cache a scorer runs in when it is not the one it was trained at: the
+    learned policy then runs it there without any_budget, with the feature window it was trained with, so its
+    evictions are exactly those of the original scorer transferred with any_budget=true; the weights stay byte for
+    byte; the (B, W) it was trained at is recorded and printed in the card."""
+    from evaluation.fidelity import evaluate_fidelity
+    from evaluation.policies import make_factory
+    from foresight.policies import make_policy
+    from foresight.scorer import Scorer
+
+    model, _ = tiny_llama
+    out = tmp_path / "moved"
+    assert main(["export", str(scorer_dir), "--out", str(out), "--budget", "48", "--interval", "16"]) == 0
+    cfg = Scorer.from_pretrained(out).config
+    assert (cfg.budget, cfg.interval, cfg.window, cfg.feature_window) == (48, 16, 8, 8)
+    assert cfg.provenance["trained_at"] == {"budget": 32, "interval": 8}
+    assert json.loads((out / "config.json").read_text())["window"] == 8
+    assert (out / "model.safetensors").read_bytes() == (scorer_dir / "scorer" / "model.safetensors").read_bytes()
+    card = (out / "README.md").read_text()
+    assert "runs at budget B = 48, interval W = 16 (trained at B = 32, W = 8; its recent-query window stays 8)" in card
+    # the card found beside the source was measured at B=32: not quoted for the scorer moved to B=48
+    assert "| 32 | learned |" not in card and "No fidelity results were found" in card
+    assert make_policy("learned", scorer=str(out)).extractor.window == 8
+    seqs = [torch.randint(3, 250, (120,), generator=torch.Generator().manual_seed(s)).tolist() for s in (3, 4)]
+    moved = evaluate_fidelity(model, seqs, ["learned"], [48], 16,
+                              policy_factory=make_factory(model=model, scorer=str(out), interval=16))[0]
+    transfer = make_factory(model=model, scorer=str(scorer_dir / "scorer"), interval=16,
+                            policy_kwargs={"learned": {"any_budget": True}})
+    sent = evaluate_fidelity(model, seqs, ["learned"], [48], 16, policy_factory=transfer)[0]
+    assert moved["per_trace_ratio"] == sent["per_trace_ratio"] and moved["kl"] == sent["kl"]
+    # the window it was trained with is what made them equal: the same config reading a 16-query window differs
+    wide = tmp_path / "wide"
+    shutil.copytree(out, wide)
+    config = json.loads((wide / "config.json").read_text())
+    del config["window"]
+    (wide / "config.json").write_text(json.dumps(config))
+    other = evaluate_fidelity(model, seqs, ["learned"], [48], 16,
+                              policy_factory=make_factory(model=model, scorer=str(wide), interval=16))[0]
+    assert other["per_trace_ratio"] != moved["per_trace_ratio"]
+    # at its old (B, W) the moved scorer is refused like any scorer of another cache; moved back, it is as trained
+    with pytest.raises(ValueError, match="is for B=48 W=16, not B=32 W=8"):
+        make_policy("learned", scorer=str(out)).check_cache(32, 8)
+    back = tmp_path / "back"
+    assert main(["export", str(out), "--out", str(back), "--budget", "32", "--interval", "8"]) == 0
+    cfg = Scorer.from_pretrained(back).config
+    assert (cfg.budget, cfg.interval, cfg.window) == (32, 8, None) and "window" not in json.loads(
+        (back / "config.json").read_text())
+    assert cfg.provenance["trained_at"] == {"budget": 32, "interval": 8}
+
+
+def test_a_moved_scorer_quotes_only_records_measured_in_its_new_cache(scorer_dir, tmp_path, capsys):
+    fid = json.loads((scorer_dir / "fidelity.json").read_text())
+    args = ["export", str(scorer_dir), "--budget", "48", "--interval", "16", "--fidelity", str(scorer_dir)]
+    assert main([*args, "--out", str(tmp_path / "old")]) == 2
+    err = capsys.readouterr().err
+    assert ("its record 'learned' was measured at B=32 W=8, and the exported scorer runs at B=48 W=16; quote runs in "
+            "that cache") in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "old").exists()
+    (scorer_dir / "fidelity.json").write_text(json.dumps([{**r, "budget": 48, "interval": 16} for r in fid]))
+    assert main([*args, "--out", str(tmp_path / "new")]) == 0
+    assert "| 48 | learned | 1.0123 |" in (tmp_path / "new" / "README.md").read_text()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--budget", "48"], "--budget and --interval go together: the (B, W) of the cache the exported scorer runs in "
+                         "(got only --budget)"),
+    (["--interval", "16"], "(got only --interval)"),
+    (["--budget", "16", "--interval", "16"], "--budget 16 --interval 16: need 0 < interval < budget"),
+    (["--budget", "48", "--interval", "0"], "--budget 48 --interval 0: need 0 < interval < budget"),
+])
+def test_export_refuses_a_bad_cache(scorer_dir, tmp_path, capsys, args, message):
+    out = tmp_path / "export"
+    assert main(["export", str(scorer_dir), "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()  # nothing written

@@ -204,7 +204,7 @@ def test_a_scorer_of_another_budget_or_interval_is_refused(llama_scorer, budget,
             f"scorer={llama_scorer}", "--budget", str(budget), "--interval", str(interval), "--max-new-tokens", "30"]
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
-    assert f"trained at B={B} W={W}, not B={budget} W={interval}" in err and len(err.splitlines()) == 1
+    assert f"is for B={B} W={W}, not B={budget} W={interval}" in err and len(err.splitlines()) == 1
     assert main([*args, "--policy-arg", "any_budget=true"]) == 0
 
 
@@ -214,7 +214,7 @@ def test_eval_fidelity_refuses_a_scorer_of_another_budget_before_any_output(llam
                "--out", str(tmp_path / "fid"), "--quiet"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
-    assert f"policy 'learned': scorer {llama_scorer} was trained at B={B} W={W}, not B={2 * B} W={W}" in err
+    assert f"policy 'learned': scorer {llama_scorer} is for B={B} W={W}, not B={2 * B} W={W}" in err
     assert not (tmp_path / "fid").exists()
     # the right budget runs, and records which weights it measured (a short name may later point at others)
     assert main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(data["traces"]), "--policies",

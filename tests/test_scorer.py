@@ -66,6 +66,24 @@ def test_input_dim_matches_feature_groups():
         ScorerConfig(foresight.model_fingerprint(model), B, W, feature_set=("key", "nope"))
 
 
+def test_the_feature_window_is_the_interval_unless_a_moved_scorer_records_its_own(tmp_path):
+    """``window`` is written only for a scorer moved to another cache (``foresight export --budget --interval``):
+    equal to the interval it is the default (one way to write each config), and it must be a positive integer."""
+    fp = foresight.model_fingerprint(get_model("tiny-llama")[0])
+    plain = ScorerConfig(fp, B, W)
+    assert plain.window is None and plain.feature_window == W and plain.extractor().window == W
+    assert "window" not in plain.to_dict()  # every earlier config reads and writes as it was
+    moved = ScorerConfig(fp, 2 * B, 2 * W, window=W)
+    assert moved.feature_window == W and moved.extractor().window == W and moved.to_dict()["window"] == W
+    assert ScorerConfig.from_dict(moved.to_dict()) == moved
+    assert ScorerConfig(fp, B, W, window=W).window is None
+    for bad in (0, -4):
+        with pytest.raises(ValueError, match=f"window must be a positive integer \\(or null\\), got {bad}"):
+            ScorerConfig(fp, B, W, window=bad)
+    with pytest.raises(ValueError, match="window"):
+        ScorerConfig(fp, B, W, window=2.5)
+
+
 def test_saving_the_same_weights_gives_the_same_bytes(tmp_path):
     """A scorer's weights file is identified by its SHA-256 (quality.json, model cards, adapter pairing): saving the
     same weights again, in this process or another, must give the same bytes."""
@@ -603,7 +621,8 @@ def test_feature_subsets_are_columns_of_the_full_set():
 
 def test_every_shipped_scorer_loads_and_matches_its_name():
     """The pretrained scorers committed under foresight/scorers/ load by short name (weights finite, checked on
-    load) and were trained at the B and W their name says, for the model their name says."""
+    load) and run at the B and W their name says (trained there, or moved there by ``foresight export --budget
+    --interval``, keeping the window they were trained with), for the model their name says."""
     from foresight.fingerprint import file_sha256
     from foresight.scorer import shipped_scorers
 
@@ -614,6 +633,8 @@ def test_every_shipped_scorer_loads_and_matches_its_name():
         model, b, w = name.rsplit("-", 2)
         assert (f"b{cfg.budget}", f"w{cfg.interval}") == (b, w)
         assert cfg.fingerprint["model"] == model
+        trained = cfg.provenance.get("trained_at")
+        assert cfg.feature_window == (trained["interval"] if trained else cfg.interval)
         # selection=sample draws at the scorer's own temperature, so a shipped scorer must record one
         assert cfg.temperature is not None and cfg.temperature > 0
         # the model card's evaluation was measured at the scorer's own B and W
@@ -653,6 +674,11 @@ def test_average_scores_the_mean_of_its_members_exactly():
     other = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B + 4, interval=W, hidden=8), seed=0)
     with pytest.raises(ForesightError, match="budget"):
         Scorer.average([members[0], other])
+    narrow = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=8, window=W // 2),
+                    seed=0)  # the same cache, features of another window
+    with pytest.raises(ForesightError, match="differs from .* in window"):
+        Scorer.average([members[0], narrow])
+    assert Scorer.average([narrow, narrow]).config.window == W // 2
     hot = _scorer(model, seed=3)
     hot.config.temperature = 0.01
     cold = _scorer(model, seed=4)

@@ -81,9 +81,11 @@ class LearnedPolicy(EvictionPolicy):
         ``age_prior`` at both budgets (session 49, ``benchmarks/results/s49/slope.txt``). 0 (default) leaves the
         scores as trained.
     any_budget
-        Run the scorer at a budget/interval other than the (B, W) it was trained at. Off by default: its features
-        (the recent-query window is its W) and its ranking were learned for that setting, so a cache of another
-        (B, W) is refused rather than silently measured; turn it on for a deliberate transfer experiment.
+        Run the scorer at a budget/interval other than the (B, W) its config records (the one it was trained at,
+        or the one ``foresight export --budget B --interval W`` moved it to after measuring it there). Off by
+        default: its features (the recent-query window stays the W it was trained at) and its ranking were learned
+        or checked for that setting, so a cache of another (B, W) is refused rather than silently measured; turn it
+        on for a deliberate transfer experiment.
     """
 
     name: ClassVar[str] = "learned"
@@ -155,9 +157,9 @@ class LearnedPolicy(EvictionPolicy):
         if self.any_budget or budget is None or (budget, interval) == (cfg.budget, cfg.interval):
             return
         raise ValueError(
-            f"scorer {self._scorer.source or '(in memory)'} was trained at B={cfg.budget} W={cfg.interval}, not "
-            f"B={budget} W={interval} (its recent-query window is its W); use a scorer trained for this setting, or "
-            "policy argument any_budget=true for a deliberate transfer experiment"
+            f"scorer {self._scorer.source or '(in memory)'} is for B={cfg.budget} W={cfg.interval}, not "
+            f"B={budget} W={interval} (its recent-query window is {cfg.feature_window}); use a scorer made for this "
+            "setting, or policy argument any_budget=true for a deliberate transfer experiment"
         )
 
     @property
