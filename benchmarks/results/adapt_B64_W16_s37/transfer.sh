@@ -21,7 +21,7 @@ measure() {  # out dir, extra args
 stamp "measure"
 measure $E/adapt_${T}_transfer_B64 --policies h2o,lazy --budget 64 --interval 16 \
   > $E/adapt_${T}_transfer_B64.log 2>&1 & p1=$!
-measure $E/adapt_${T}_transfer_B128 --policies learned,h2o,lazy --scorer smollm2-135m-b128-w32 --other-scorer \
+measure $E/adapt_${T}_transfer_B128 --policies learned,h2o,lazy --scorer benchmarks/results/s50/b128_s41 --other-scorer \
   --budget 128 --interval 32 > $E/adapt_${T}_transfer_B128.log 2>&1 & p2=$!
 wait $p1; wait $p2
 for b in 64 128; do

@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 E=runs/quality PY=.venv/bin/python O=${O:-runs/s33} SL=runs/quality/sl_B128_W32_prekey_seed1
-P=foresight/scorers/smollm2-135m-b128-w32
+P=benchmarks/results/s50/b128_s41
 export OMP_NUM_THREADS=1
 for f in $E/train_traces/plan.json $E/golden_val_B128_W32/plan.json $E/tsweep_B128/quality.json; do
   [ -f $f ] || { echo "b128_rounds.sh: error: $f missing (run benchmarks/quality/recipe.sh's trace stages and temperature_s31/sweep.sh first)" >&2; exit 2; }

@@ -27,7 +27,7 @@ bench() {  # B W scorer out
 }
 stamp benchmarks
 bench 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer $E/x16x3_B64 & p1=$!
-bench 128 32 smollm2-135m-b128-w32 $E/x16x3_B128 & p2=$!
+bench 128 32 benchmarks/results/s50/b128_s41 $E/x16x3_B128 & p2=$!
 wait $p1 && wait $p2
 C="$PY benchmarks/quality/compare.py"
 { for b in "64 16" "128 32"; do set -- $b; Q=$E/x16x3_B$1/quality.json

@@ -12,6 +12,6 @@ run() {  # B W scorer T reference-stage
     > $R/headscale_B$1.txt
 }
 run 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer 0.005 t005 & p1=$!
-run 128 32 smollm2-135m-b128-w32 0.003 t003 & p2=$!
+run 128 32 benchmarks/results/s50/b128_s41 0.003 t003 & p2=$!
 wait $p1 && wait $p2
 cat $R/headscale_B64.txt $R/headscale_B128.txt

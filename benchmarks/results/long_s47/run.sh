@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; O=${O:-runs/s47}; R=benchmarks/results/long_s47
 V=$E/val1024_traces LV=$E/golden_val1024_B128_W32 A=$E/aime1024
-B64=smollm2-135m-b64-w16 B128=smollm2-135m-b128-w32
+B64=smollm2-135m-b64-w16 B128=benchmarks/results/s50/b128_s41
 export OMP_NUM_THREADS=1
 for f in $V/plan.json; do
   [ -f $f ] || { echo "long_s47/run.sh: error: $f missing (run benchmarks/results/long_s46/run.sh's first stage)" >&2; exit 2; }

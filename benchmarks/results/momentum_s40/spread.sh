@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 PY=.venv/bin/python O=${O:-runs/s40} V=runs/quality/val_traces
 R=benchmarks/results
-S64=foresight/scorers/smollm2-135m-b64-w16 S128=foresight/scorers/smollm2-135m-b128-w32
+S64=foresight/scorers/smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 [ -f $V/plan.json ] || { echo "momentum_s40/spread.sh: error: $V missing (STAGE=traces bash $R/temperature_s31/sweep.sh)" >&2; exit 2; }
 mkdir -p $O
 ev() {  # budget interval scorer traces out spread

@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 E=runs/quality PY=.venv/bin/python O=${O:-runs/s40} R=benchmarks/results
-S64=foresight/scorers/smollm2-135m-b64-w16 S128=foresight/scorers/smollm2-135m-b128-w32
+S64=foresight/scorers/smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 SP64=${SPREAD64:?set SPREAD64 to the B=64 choice of spread.sh} SP128=${SPREAD128:?set SPREAD128 to the B=128 choice of spread.sh}
 for t in $E/heldout_traces $E/extra16x3_traces $E/aime/traces; do
   [ -d $t ] || { echo "spread_beyond.sh: error: $t missing (see this script's header)" >&2; exit 2; }

@@ -33,7 +33,7 @@ two_ranks $PY -m foresight golden --traces $E/traces --out $E/golden_B128_W32 --
 stamp B128 benchmark
 OMP_NUM_THREADS=2 $PY benchmarks/quality/run.py --model smollm2-135m --traces $E/traces \
     --setting 128:32=$E/golden_B128_W32 --scorer session12=benchmarks/results/quality_B128_recipe336/scorer \
-    --scorer packaged=smollm2-135m-b128-w32 --scorer packaged_sample=smollm2-135m-b128-w32 \
+    --scorer packaged=benchmarks/results/s50/b128_s41 --scorer packaged_sample=benchmarks/results/s50/b128_s41 \
     --policy-arg packaged_sample.selection=sample --policy-arg packaged_sample.temperature=0.003 \
     --policies tova,h2o,snapkv,rkv,lazy --out $E/quality_B128
 cp $E/quality_B128/quality.{json,md,png} $R/ 2>/dev/null || cp $E/quality_B128/quality.* $R/

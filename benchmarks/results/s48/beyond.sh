@@ -16,7 +16,7 @@ for f in $A/plan.json $Q64 $Q128; do
 done
 mkdir -p $O
 ev() { PY=$PY bash benchmarks/quality/eval_learned.sh "$@"; }
-S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32
+S64=smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 ev $S64 $A $O/aime_b64_topk_a003 64 16 --policy-arg selection=topk --policy-arg age_prior=0.003 & p1=$!
 ev $S64 $A $O/aime_b64_topk_a01 64 16 --policy-arg selection=topk --policy-arg age_prior=0.01 & p2=$!
 wait $p1; wait $p2

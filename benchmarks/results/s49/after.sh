@@ -14,7 +14,7 @@ for f in $V/plan.json $Q64 $Q128 $S48/b64_topk_a01/fidelity.json $S48/b128_a01/f
 done
 mkdir -p $O
 ev() { PY=$PY bash benchmarks/quality/eval_learned.sh "$@"; }
-S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32
+S64=smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 ev $S128 $V $O/v128_a01_after512 128 32 --policy-arg age_prior=0.01 --policy-arg age_prior_after=512 & p1=$!
 ev $S64 $V $O/v64_a02 64 16 --policy-arg selection=topk --policy-arg age_prior=0.02 & p2=$!; wait $p1; wait $p2
 F=fidelity.json:learned

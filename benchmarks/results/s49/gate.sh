@@ -17,7 +17,7 @@ for f in $V/plan.json $Q64 $Q128 $S48/b64_topk_a01/fidelity.json $S48/b128_a01/f
 done
 mkdir -p $O
 ev() { PY=$PY bash benchmarks/quality/eval_learned.sh "$@"; }
-S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32
+S64=smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 ev $S128 $V $O/v128_a01_from256 128 32 --policy-arg age_prior=0.01 --policy-arg age_prior_from=256 & p1=$!
 ev $S128 $V $O/v128_a01_from512 128 32 --policy-arg age_prior=0.01 --policy-arg age_prior_from=512 & p2=$!
 wait $p1; wait $p2

@@ -17,7 +17,7 @@ for f in $V/plan.json $Q64 $Q128 $S48/b64_topk/fidelity.json $S48/b64_topk_a01/f
 done
 mkdir -p $O
 ev() { PY=$PY bash benchmarks/quality/eval_learned.sh "$@"; }
-S64=smollm2-135m-b64-w16 S128=smollm2-135m-b128-w32 SL="001 003"
+S64=smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41 SL="001 003"
 for s in $SL; do
   ev $S64 $V $O/v64_s$s 64 16 --policy-arg selection=topk --policy-arg age_prior=0 --policy-arg age_slope=0.$s & p1=$!
   ev $S128 $V $O/v128_s$s 128 32 --policy-arg age_slope=0.$s & p2=$!; wait $p1; wait $p2

@@ -16,7 +16,7 @@ ev() {  # budget interval scorer out
     --policies learned --scorer $3 --budget $1 --interval $2 --batch-size 4 --policy-arg selection=topk --policy-arg age_prior=0 --out $O/$4 --quiet
 }
 ev 64 16 foresight/scorers/smollm2-135m-b64-w16 x16_64 & p1=$!
-ev 128 32 foresight/scorers/smollm2-135m-b128-w32 x16_128 & p2=$!; wait $p1; wait $p2
+ev 128 32 benchmarks/results/s50/b128_s41 x16_128 & p2=$!; wait $p1; wait $p2
 cmp() { $PY benchmarks/quality/compare.py "$@"; }
 { cmp $O/x16_64/$F $R/ensemble_s33/x16_topk/$F --budget 64 --interval 16 --gap $R/quality_B64_recipe336/extra16/quality.json:tova
   cmp $O/x16_128/$F $R/quality_B128_prekey_dagger/ev128_x16_prekey/$F --budget 128 --interval 32 \

@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 E=runs/quality PY=.venv/bin/python O=${O:-runs/s41} R=benchmarks/results M=benchmarks/results/momentum_s40
-S64=foresight/scorers/smollm2-135m-b64-w16 S128=foresight/scorers/smollm2-135m-b128-w32
+S64=foresight/scorers/smollm2-135m-b64-w16 S128=benchmarks/results/s50/b128_s41
 F=fidelity.json:learned
 mkdir -p $O
 ev() {  # budget interval scorer traces out spread

@@ -39,7 +39,7 @@ sweep() {  # B W scorer out
 }
 stamp sweeps
 sweep 64 16 benchmarks/results/quality_B64_prekey_dagger/scorer $E/tsweep_B64 & p1=$!
-sweep 128 32 foresight/scorers/smollm2-135m-b128-w32 $E/tsweep_B128 & p2=$!
+sweep 128 32 benchmarks/results/s50/b128_s41 $E/tsweep_B128 & p2=$!
 wait $p1 && wait $p2
 R=benchmarks/results/temperature_s31
 for b in 64 128; do mkdir -p $R/B$b && cp $E/tsweep_B$b/quality.{json,md,png} $R/B$b/; done
