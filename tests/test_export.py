@@ -190,8 +190,13 @@ def test_a_re_export_records_its_own_commit(scorer_dir, tmp_path, monkeypatch):
     (["--note", "=text"], "the key is empty"),
     (["--note", "a=1", "--note", "a=2"], "--note a: given twice"),
     (["--note", "trainer=grpo"], "--note trainer: the scorer's provenance already records trainer"),
+    (["--budget", "48"], "--budget and --interval go together: the (B, W) of the cache the exported scorer runs in "
+                         "(got only --budget)"),
+    (["--interval", "16"], "(got only --interval)"),
+    (["--budget", "16", "--interval", "16"], "--budget 16 --interval 16: need 0 < interval < budget"),
+    (["--budget", "48", "--interval", "0"], "--budget 48 --interval 0: need 0 < interval < budget"),
 ])
-def test_export_refuses_bad_temperature_and_notes(scorer_dir, tmp_path, capsys, args, message):
+def test_export_refuses_bad_temperature_notes_and_cache(scorer_dir, tmp_path, capsys, args, message):
     out = tmp_path / "export"
     assert main(["export", str(scorer_dir), "--out", str(out), *args]) == 2
     err = capsys.readouterr().err
@@ -447,18 +452,3 @@ def test_a_moved_scorer_quotes_only_records_measured_in_its_new_cache(scorer_dir
     (scorer_dir / "fidelity.json").write_text(json.dumps([{**r, "budget": 48, "interval": 16} for r in fid]))
     assert main([*args, "--out", str(tmp_path / "new")]) == 0
     assert "| 48 | learned | 1.0123 |" in (tmp_path / "new" / "README.md").read_text()
-
-
-@pytest.mark.parametrize("args, message", [
-    (["--budget", "48"], "--budget and --interval go together: the (B, W) of the cache the exported scorer runs in "
-                         "(got only --budget)"),
-    (["--interval", "16"], "(got only --interval)"),
-    (["--budget", "16", "--interval", "16"], "--budget 16 --interval 16: need 0 < interval < budget"),
-    (["--budget", "48", "--interval", "0"], "--budget 48 --interval 0: need 0 < interval < budget"),
-])
-def test_export_refuses_a_bad_cache(scorer_dir, tmp_path, capsys, args, message):
-    out = tmp_path / "export"
-    assert main(["export", str(scorer_dir), "--out", str(out), *args]) == 2
-    err = capsys.readouterr().err
-    assert message in err and len(err.strip().splitlines()) == 1
-    assert not out.exists()  # nothing written
