@@ -65,7 +65,7 @@ def test_what_would_fail_after_the_model_load_is_refused_before_it(tmp_path, cap
     model, _ = get_model("tiny-llama")
     Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=32, interval=8), seed=0).save_pretrained(
         tmp_path / "b32")
-    with pytest.raises(ForesightError, match="--scorer a=.*b32: .*trained at B=32 W=8, not B=16 W=4"):
+    with pytest.raises(ForesightError, match="--scorer a=.*b32: .*is for B=32 W=8, not B=16 W=4"):
         mod.main([*base, "--policies", "h2o", "--scorer", f"a={tmp_path / 'b32'}"])
     assert "paged" not in mod.default_policies(16, 4) and "paged" in mod.default_policies(256, 64)
     assert not (tmp_path / "b.json").exists()

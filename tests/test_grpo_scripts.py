@@ -64,7 +64,7 @@ def test_sample_vs_topk_refuses_a_split_of_other_traces(tmp_path, tiny_llama, mo
     sc = _scorer(tmp_path / "sc", model, 64, 16)
     with pytest.raises(ForesightError, match=r"1 held-out trace\(s\) are not in .*traces \(e.g. 'q7#0'\)"):
         mod.main(["sl", sc, "--exp", str(tmp_path)])
-    with pytest.raises(ForesightError, match="trained at B=64 W=16, not B=32 W=8"):  # before the model, too
+    with pytest.raises(ForesightError, match="is for B=64 W=16, not B=32 W=8"):  # before the model, too
         mod.main(["sl", sc, "--exp", str(tmp_path), "--budget", "32", "--interval", "8"])
     assert not (tmp_path / "sample_vs_topk.json").exists()
 

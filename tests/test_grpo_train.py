@@ -112,7 +112,8 @@ def test_grpo_trains_with_per_event_advantages(tiny_grpo, tmp_path):
 
 def test_grpo_at_another_budget_records_the_setting_it_refined(tiny_grpo, tmp_path):
     """GRPO may refine a scorer at a (B, W) other than its own (a deliberate choice in the config): it runs there
-    (the learned policy would refuse a silent mismatch), and the result records the setting it was refined at."""
+    (the learned policy would refuse a silent mismatch), and the result records the setting it was refined at, with
+    the recent-query window the scorer was trained with (its features stay the ones it learned from)."""
     from training.grpo import run_grpo
 
     model, _ = get_model("tiny-llama")
@@ -120,7 +121,7 @@ def test_grpo_at_another_budget_records_the_setting_it_refined(tiny_grpo, tmp_pa
                    model=model)
     assert out["finished"]
     cfg = json.loads((tmp_path / "b12" / "scorer" / "config.json").read_text())
-    assert (cfg["budget"], cfg["interval"]) == (12, 3)
+    assert (cfg["budget"], cfg["interval"], cfg["window"]) == (12, 3, W)
 
 
 def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
