@@ -366,23 +366,25 @@ def _set_selection(scorer, selection: str | None) -> None:
         raise ForesightError(f"--selection {selection}: {exc}{hint}") from None
 
 
-def _set_cache(scorer, budget: int | None, interval: int | None, prov: dict) -> None:
+def _set_cache(scorer, budget: int | None, interval: int | None, prov: dict) -> bool:
     """Record the (B, W) of the cache the exported scorer runs in, when it is not the one it was trained at (a
-    transfer measured on held-out traces before it is recorded): the config's ``budget`` and ``interval`` become
-    them, its ``window`` keeps the W the scorer was trained at (so its features are the ones it learned from), and
-    ``prov`` records ``trained_at`` (the first move's, when a moved scorer is moved again)."""
+    transfer measured on held-out traces before it is recorded): :meth:`~foresight.scorer.ScorerConfig.moved_to`
+    (its ``window`` keeps the W the scorer was trained at), and ``prov`` records ``trained_at`` (the first move's,
+    when a moved scorer is moved again). Returns whether the scorer moved."""
     if budget is None and interval is None:
-        return
+        return False
     if budget is None or interval is None:
         raise ForesightError("--budget and --interval go together: the (B, W) of the cache the exported scorer runs "
                              f"in (got only {'--budget' if interval is None else '--interval'})")
     cfg = scorer.config
     try:  # the config validates its own fields (0 < W < B)
-        scorer.config = dataclasses.replace(cfg, budget=budget, interval=interval, window=cfg.feature_window)
+        scorer.config = cfg.moved_to(budget, interval)
     except ValueError as exc:
         raise ForesightError(f"--budget {budget} --interval {interval}: {exc}") from None
-    if (budget, interval) != (cfg.budget, cfg.interval):
+    moved = (budget, interval) != (cfg.budget, cfg.interval)
+    if moved:
         prov.setdefault("trained_at", {"budget": cfg.budget, "interval": cfg.interval})
+    return moved
 
 
 def check_card_cache(records: list, config, where: str) -> None:
@@ -475,17 +477,15 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     out = Path(out)
     _check_out(out, scorer_dir, overwrite)
     scorer = Scorer.from_pretrained(scorer_dir)  # refuses NaN/Inf weights
-    source_config = scorer.config
     prov = dict(scorer.config.provenance or {})
     _set_temperature(scorer, temperature, prov)
     _set_topk_defaults(scorer, {"spread": spread, "newcomer_bonus": newcomer_bonus, "age_prior": age_prior})
     _set_selection(scorer, selection)
-    _set_cache(scorer, budget, interval, prov)
+    moved = _set_cache(scorer, budget, interval, prov)
     _add_notes(prov, notes)
     _stamp_export(prov, scorer_dir)
     scorer.config.provenance = prov
     sha = file_sha256(scorer_dir / WEIGHTS_NAME)  # the weights are copied byte for byte: the export's too
-    moved = (scorer.config.budget, scorer.config.interval) != (source_config.budget, source_config.interval)
     # read before anything is written; a moved scorer's card is never one found beside it (measured where it was)
     fid = find_fidelity(src, scorer_dir, sha, fidelity) if fidelity is not None or not moved else None
     if fid:

@@ -19,7 +19,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
@@ -219,6 +219,12 @@ class ScorerConfig:
     def feature_window(self) -> int:
         """The extractor's recent-query window: ``window``, else ``interval``."""
         return self.window or self.interval
+
+    def moved_to(self, budget: int, interval: int) -> "ScorerConfig":
+        """This config for a cache of another (B, W), keeping the feature window the scorer was trained with (its
+        features stay the ones it learned from); moved back to its window's W, ``window`` is the default again.
+        ``foresight export --budget --interval`` and GRPO at another (B, W) move a scorer this way."""
+        return replace(self, budget=budget, interval=interval, window=self.feature_window)
 
     def to_dict(self) -> dict:
         d = asdict(self)
