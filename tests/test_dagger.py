@@ -275,6 +275,131 @@ def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
                     assert torch.equal(want.positions[e, layer], seen[(e, layer)].int()), (tid, temperature, e)
 
 
+def _learned_trajectory(model, seq, policy_kwargs: dict) -> dict:
+    """``{(event, layer): (candidate positions, features of the scorer's feature set)}`` of the ``learned`` policy
+    replaying ``seq`` with ``policy_kwargs``."""
+    from foresight.policies import make_policy
+    from foresight.runtime import replay
+
+    seen = {}
+    learned = make_policy("learned", **policy_kwargs, on_features=lambda v, f: seen.__setitem__(
+        (v.event, v.layer_idx), (v.candidate_positions[0].clone(), f[0].clone())))
+    replay(model, [seq], learned, B, W)
+    return seen
+
+
+def _with_config(scorer, **changes):
+    """A copy of ``scorer`` whose config differs by ``changes`` (same weights and standardisation)."""
+    from dataclasses import replace
+
+    from foresight.scorer import Scorer
+
+    out = Scorer(replace(scorer.config, **changes), seed=None)
+    out.load_state_dict(scorer.state_dict())
+    return out.eval()
+
+
+#: top-k defaults large enough to change a tiny scorer's evictions (its scores spread over about one unit)
+TOPK_DEFAULTS = dict(newcomer_bonus=0.3, age_prior=0.3, spread=0.3)
+
+
+def test_topk_rounds_act_as_the_learned_policy_with_the_scorers_recorded_defaults(data, runs):
+    """A scorer that records top-k defaults (newcomer bonus, age prior, spread: an exported scorer's) acts in a
+    round's replay as the ``learned`` policy deploys it, not as its bare top-k."""
+    import datasets
+
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns
+    from foresight.scorer import Scorer
+    from training.dagger import round_dir
+    from training.onpolicy import collect_onpolicy_events
+
+    root, _, _ = runs
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    labels = load_labels(data[1])
+    rows = list(datasets.load_from_disk(str(data[0])))[:3]
+    ids, seqs = [r["trace_id"] for r in rows], [r["input_ids"] for r in rows]
+    bare = Scorer.from_pretrained(round_dir(root / "dagger", 0) / "scorer")
+    tuned = _with_config(bare, **TOPK_DEFAULTS)
+    cols = torch.tensor(feature_columns(bare.config.feature_set, tuple(FEATURE_GROUPS), model.config.head_dim,
+                                        model.config.num_attention_heads // model.config.num_key_value_heads))
+
+    def rounds(scorer):
+        return collect_onpolicy_events(model, seqs, ids, labels, scorer,
+                                       lambda: FeatureExtractor(window=W, feature_set=tuple(FEATURE_GROUPS)),
+                                       cols, B, W, 1, 0.0, 0, torch.float32, 2)
+
+    plain, acted = rounds(bare), rounds(tuned)
+    assert any(not torch.equal(a.positions, b.positions) for a, b in zip(plain, acted))
+    for seq, rec in zip(seqs, acted):
+        seen = _learned_trajectory(model, seq, dict(scorer=tuned))
+        for e in range(rec.positions.shape[0]):
+            for layer in range(2):
+                assert torch.equal(rec.positions[e, layer], seen[(e, layer)][0].int()), (e, layer)
+
+
+def test_init_scorer_fine_tunes_that_scorer_with_its_window_and_defaults(data, runs, tmp_path):
+    """``init_scorer``: every round starts from that scorer (its weights and standardisation, not a refit), the
+    features use its recent-query window (a moved scorer's trained W), round 1's rows are its own deployed
+    trajectory (window and top-k defaults), and the result keeps its config and records where it started."""
+    import datasets
+
+    from foresight.scorer import Scorer, scorer_sha256
+    from training.dagger import round_dir
+    from training.event_files import EventRows
+    from training.sl import SLData, run_sl
+
+    root, _, _ = runs
+    src = Scorer.from_pretrained(round_dir(root / "dagger", 0) / "scorer")
+    init_dir = tmp_path / "init"
+    _with_config(src, window=2, **TOPK_DEFAULTS).save_pretrained(init_dir)
+    cfg = _cfg(data, tmp_path / "ft", init_scorer=str(init_dir), dagger_rounds=1, dagger_beta=0.0, lr=0.003)
+    out = run_sl(cfg)
+    assert out["finished"]
+    init = Scorer.from_pretrained(init_dir)
+    r0 = Scorer.from_pretrained(round_dir(cfg.out_dir, 0) / "scorer")
+    for k in ("feature_mean", "feature_std"):  # its standardisation, not refitted on these traces
+        assert torch.equal(r0.state_dict()[k], init.state_dict()[k]), k
+    assert not torch.equal(r0.w1, init.w1)  # and trained from there
+    final = Scorer.from_pretrained(Path(cfg.out_dir) / "scorer")
+    assert final.config.window == 2 and final.config.feature_window == 2
+    assert {k: getattr(final.config, k) for k in TOPK_DEFAULTS} == TOPK_DEFAULTS
+    assert final.config.provenance["init_scorer_sha256"] == scorer_sha256(init_dir)
+    assert "normalizer_events" not in final.config.provenance
+    assert SLData(cfg).resume_identity()["init_scorer"] == scorer_sha256(init_dir)
+    # round 1's rows: the learned policy's trajectory with round 0's scorer, and the features it builds (window 2)
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    traces = {r["trace_id"]: r["input_ids"] for r in datasets.load_from_disk(str(data[0]))}
+    cols = None
+    for tid in json.loads((Path(cfg.out_dir) / "split.json").read_text())["train"]:
+        rows = _rows(Path(cfg.out_dir), 1, tid)
+        feats = EventRows([rows.features])[:]
+        seen = _learned_trajectory(model, traces[tid], dict(scorer=r0))
+        for e in range(rows.positions.shape[0]):
+            for layer in range(2):
+                pos, f = seen[(e, layer)]
+                assert torch.equal(rows.positions[e, layer], pos.int()), (tid, e, layer)
+                if cols is None:
+                    from foresight.features import FEATURE_GROUPS, feature_columns
+
+                    cols = torch.tensor(feature_columns(r0.config.feature_set, tuple(FEATURE_GROUPS),
+                                                        model.config.head_dim, model.config.num_attention_heads
+                                                        // model.config.num_key_value_heads))
+                got = feats[e, layer].index_select(-1, cols).float()  # stored as float16
+                torch.testing.assert_close(got, f.to(feats.dtype).float(), atol=1e-3, rtol=1e-3)
+
+
+@pytest.mark.parametrize("key,value", [("hidden", 8), ("decay", 0.5), ("feature_set", ["key", "value"])])
+def test_init_scorer_of_another_network_is_refused(data, runs, tmp_path, key, value):
+    from training.dagger import round_dir
+
+    root, _, _ = runs
+    init = str(round_dir(root / "dagger", 0) / "scorer")
+    with pytest.raises(ValueError, match=f"{key}=.* but init_scorer .* has {key}="):
+        _cfg(data, tmp_path / "x", init_scorer=init, **{key: value})
+    with pytest.raises(ForesightError, match="not a scorer directory"):
+        _cfg(data, tmp_path / "x", init_scorer=str(tmp_path / "missing"))
+
+
 def test_dagger_rounds_zero_is_todays_distillation(runs):
     from training.dagger import round_dir
 

@@ -133,7 +133,8 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
         part = todo[s0 : s0 + cfg.replay_batch_size]
         events = collect_onpolicy_events(
             task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
-            lambda: FeatureExtractor(window=cfg.interval, feature_set=tuple(FEATURE_GROUPS), decay=cfg.decay),
+            lambda: FeatureExtractor(window=task.scorer_config.feature_window, feature_set=tuple(FEATURE_GROUPS),
+                                     decay=cfg.decay),
             task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
             len(part), cfg.dagger_temperature)
         for ev in events:

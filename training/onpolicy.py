@@ -24,6 +24,7 @@ import torch
 
 from foresight.errors import ForesightError
 from foresight.policies.base import EvictionPolicy
+from foresight.policies.learned import LearnedPolicy
 from foresight.runtime import replay
 from foresight.sampling import kept_indices, sample_eviction
 from training.event_files import RecordedEvents, stack_events
@@ -68,16 +69,19 @@ class MixturePolicy(EvictionPolicy):
 
     Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
     reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
-    The scorer keeps its top-k (``temperature`` 0) or draws the evicted set by Plackett–Luce at ``temperature``
-    from each trace's own :func:`draw_generator` (``seed``, ``round_idx``). ``on_row(b, view, features, alpha,
-    evicted)`` receives each row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict
-    set for this cache (Hkv, C).
+    The scorer acts as the ``learned`` policy deploys it (``actor``, a :class:`~foresight.policies.learned.
+    LearnedPolicy` of the same scorer): with ``temperature`` 0 its ``selection=topk`` with the defaults the scorer
+    records (newcomer bonus, age prior, spread: none for a freshly distilled scorer, so plain top-k), with
+    ``temperature`` > 0 a Plackett–Luce draw of the evicted set at that temperature from each trace's own
+    :func:`draw_generator` (``seed``, ``round_idx``). ``on_row(b, view, features, alpha, evicted)`` receives each
+    row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
     """
 
     name: ClassVar[str] = "dagger_mixture"
     observes: ClassVar[bool] = True
     extractor: Any = None
     scorer: Any = None
+    actor: Any = None
     columns: torch.Tensor | None = None
     labels: dict | None = None
     expert: dict | None = None
@@ -92,7 +96,7 @@ class MixturePolicy(EvictionPolicy):
         self._rows = [self.labels[t] for t in trace_ids]
         self._expert = [self.expert[t] for t in trace_ids]
         self._gens = [draw_generator(self.seed, self.round_idx, t) for t in trace_ids] if self.temperature else []
-        self._drawn: list[int] = []  # rows whose scorer acts at the current (event, layer), when sampling
+        self._acted: list[int] = []  # rows whose scorer acts at the current (event, layer)
         if self.scorer is not None:
             if fingerprint is not None:
                 self.scorer.check_compatible(fingerprint)
@@ -109,7 +113,7 @@ class MixturePolicy(EvictionPolicy):
         scores = pos.float().clone()  # recency for rows whose trace has ended (padding)
         learned = None
         n_evict = view.num_candidates - view.num_keep
-        self._drawn = []
+        self._acted = []
         for b, lab in enumerate(self._rows):
             if view.event >= len(lab.events):
                 continue
@@ -126,17 +130,22 @@ class MixturePolicy(EvictionPolicy):
                     if not bool(torch.isfinite(learned).all()):
                         raise ForesightError(f"the round's scorer produced NaN/Inf scores at event {view.event}, "
                                              f"layer {view.layer_idx}; its training diverged (lower lr?)")
+                    if self.actor is not None:
+                        learned = self.actor.adjust(view, learned)
                 scores[b] = learned[b].float()
-                if self.temperature:
-                    self._drawn.append(b)
+                self._acted.append(b)
         return scores
 
     def select(self, scores, num_keep, view):
         keep = super().select(scores, num_keep, view)
         c = scores.shape[-1]
-        for b in self._drawn:  # the learned policy's selection=sample, on this trace's own generator
-            order = sample_eviction(scores[b], c - num_keep, self.temperature, self._gens[b]).order
-            keep[b] = kept_indices(order, c, num_keep)
+        if self.temperature:
+            for b in self._acted:  # the learned policy's selection=sample, on this trace's own generator
+                order = sample_eviction(scores[b], c - num_keep, self.temperature, self._gens[b]).order
+                keep[b] = kept_indices(order, c, num_keep)
+        elif self._acted and self.actor is not None and self.actor.topk_spread:  # the learned policy's top-k
+            acted = torch.tensor(self._acted, device=keep.device)
+            keep[acted] = self.actor.keep_topk(scores[acted], num_keep, view)
         return keep
 
     def on_evict(self, layer_idx, keep):
@@ -154,6 +163,9 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
     ``extractor_factory()`` returns a fresh full-feature-set extractor; ``temperature`` > 0 samples the scorer's
     evictions (:class:`MixturePolicy`)."""
     num_layers = model.config.num_hidden_layers
+    # the scorer acts as the learned policy deploys it: top-k with its recorded defaults, or the draw at temperature
+    actor = None if scorer is None else LearnedPolicy(
+        scorer=scorer, any_budget=True, selection="sample" if temperature else "topk", temperature=temperature or None)
     out = []
     for s0 in range(0, len(sequences), batch_size):
         seqs, ids = sequences[s0 : s0 + batch_size], list(trace_ids[s0 : s0 + batch_size])
@@ -165,8 +177,8 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
                 view.candidate_positions[b].to("cpu", torch.int32))
 
         expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
-        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
-                               expert=expert, on_row=on_row, temperature=temperature, seed=seed,
+        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, actor=actor, columns=columns,
+                               labels=labels, expert=expert, on_row=on_row, temperature=temperature, seed=seed,
                                round_idx=round_idx)
         replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
         for b, tid in enumerate(ids):

@@ -22,7 +22,7 @@ This module holds the :class:`training.loop.Task` of distillation and its entry 
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from foresight.fingerprint import weights_dtype
 from foresight.features import FEATURE_GROUPS, feature_columns
 from foresight import model_fingerprint
 from foresight.policies import make_policy
-from foresight.scorer import Scorer, ScorerConfig
+from foresight.scorer import Scorer, ScorerConfig, scorer_sha256
 from golden.labels import check_label_tokens, check_labels_match, load_labels, merge_labels
 from golden.traces import load_traces
 from training.dagger import refuse_fresh, run_dagger
@@ -90,13 +90,18 @@ class SLData:
         self.train_rows = [r for r in rows if r["problem_id"] not in held]
         self.val_rows = [r for r in rows if r["problem_id"] in held]
         self.labels = labels
+        self.init_scorer = cfg.init_scorer
 
     def resume_identity(self) -> dict:
-        """Content digests of the split's traces and of their labels (a resume must use the same data)."""
+        """Content digests of the split's traces, of their labels and of ``init_scorer`` when set (a resume must use
+        the same data and start from the same scorer)."""
         ids = [r["trace_id"] for r in self.train_rows + self.val_rows]
         labels = digest(x for t in ids for ev in self.labels[t].events
                         for x in (t, ev.end, ev.candidates, ev.alpha, ev.evicted))
-        return {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}", "labels": labels}
+        out = {"traces": f"{digest_rows(self.train_rows)}/{digest_rows(self.val_rows)}", "labels": labels}
+        if self.init_scorer:  # only when set, so the identity of runs without one is what it was
+            out["init_scorer"] = scorer_sha256(self.init_scorer)
+        return out
 
 
 class SLTask:
@@ -112,21 +117,28 @@ class SLTask:
         self.model = model = task_model(cfg, dist, model)
         check_labels_match(self.labels, model, cfg.budget, cfg.interval)
         fp = model_fingerprint(model)
-        self.scorer_config = ScorerConfig(
-            fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
-            hidden=cfg.hidden, decay=cfg.decay,
-            provenance={
-                "trainer": "sl", "traces": cfg.traces, "labels": cfg.labels,
-                "train_traces": [r["trace_id"] for r in self.train_rows],
-                "heldout_traces": [r["trace_id"] for r in self.val_rows],
-                "steps": cfg.steps, **stamp(), "config": {k: v for k, v in asdict(cfg).items()},
-                **_measure_of(self.labels),
-            },
-        )
+        provenance = {
+            "trainer": "sl", "traces": cfg.traces, "labels": cfg.labels,
+            "train_traces": [r["trace_id"] for r in self.train_rows],
+            "heldout_traces": [r["trace_id"] for r in self.val_rows],
+            "steps": cfg.steps, **stamp(), "config": {k: v for k, v in asdict(cfg).items()},
+            **_measure_of(self.labels),
+        }
+        self.init_state = None
+        if cfg.init_scorer:  # fine-tuning: its network, selection defaults and feature window, moved to this (B, W)
+            init = Scorer.from_pretrained(cfg.init_scorer, model=model)
+            self.init_state = {k: v.detach().clone() for k, v in init.state_dict().items()}
+            provenance.update(init_scorer=cfg.init_scorer, init_scorer_sha256=scorer_sha256(cfg.init_scorer))
+            self.scorer_config = replace(init.config.moved_to(cfg.budget, cfg.interval), fingerprint=fp,
+                                         provenance=provenance)
+        else:
+            self.scorer_config = ScorerConfig(
+                fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
+                hidden=cfg.hidden, decay=cfg.decay, provenance=provenance)
         # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
         # everything, keeping the configured feature set's columns
         cache = FeatureCache(cfg.feature_cache or Path(cfg.out_dir) / "features", fp, cfg.budget, cfg.interval,
-                             cfg.decay, cfg.feature_dtype, weights_dtype(model))
+                             cfg.decay, cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window)
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
                                                     fp["num_heads"] // fp["num_kv_heads"]))
@@ -138,11 +150,15 @@ class SLTask:
         self.baselines = self._baseline_metrics() if dist.is_main else {}
 
     def init_scorer(self) -> None:
-        """A fresh scorer (seeded) standardised on ``self.train`` (DAgger calls it again on aggregated rows)."""
+        """A fresh scorer (seeded) standardised on ``self.train``, or with ``init_scorer`` a copy of that scorer,
+        its standardisation included (DAgger calls it again on aggregated rows)."""
         self.module = Scorer(self.scorer_config, seed=self.cfg.seed)
-        norm_idx = normalizer_sample(self.train["features"].shape[0], self.cfg.seed)
-        self.module.fit_normalizer(self.train["features"][norm_idx].float().transpose(0, 1))  # (L, E, K, C, D)
-        self.scorer_config.provenance["normalizer_events"] = len(norm_idx)
+        if self.init_state is not None:
+            self.module.load_state_dict(self.init_state)
+        else:
+            norm_idx = normalizer_sample(self.train["features"].shape[0], self.cfg.seed)
+            self.module.fit_normalizer(self.train["features"][norm_idx].float().transpose(0, 1))  # (L, E, K, C, D)
+            self.scorer_config.provenance["normalizer_events"] = len(norm_idx)
         self.scorer_config.provenance["train_events"] = int(self.train["features"].shape[0])
         self.scorer_config.provenance["heldout_events"] = 0 if self.val is None else int(self.val["features"].shape[0])
 

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 import golden  # noqa: F401  (registers the "golden" policy, a default of fidelity_policies)
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
+from foresight.scorer import Scorer
 from training.trainer_config import TrainerConfig
 from training.ranking import PAIR_WEIGHTS
 
@@ -20,7 +21,7 @@ class SLConfig(TrainerConfig):
 
     RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # traces/labels: by content, see SLTask
         "traces", "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
-        "fidelity_policies", "fidelity_max_traces"}
+        "fidelity_policies", "fidelity_max_traces", "init_scorer"}  # init_scorer: by content, see SLData
 
     out_dir: str = "runs/sl"
     model: str = "smollm2-135m"
@@ -48,6 +49,7 @@ class SLConfig(TrainerConfig):
     dagger_rounds: int = 0
     dagger_beta: float = 0.5
     dagger_temperature: float = 0.0
+    init_scorer: str | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -81,11 +83,27 @@ class SLConfig(TrainerConfig):
             raise ValueError(f"dagger_beta must be in [0, 1], got {self.dagger_beta}")
         if not (math.isfinite(self.dagger_temperature) and self.dagger_temperature >= 0.0):
             raise ValueError(f"dagger_temperature must be >= 0 (0 = the scorer's top-k), got {self.dagger_temperature}")
+        if self.init_scorer is not None:
+            self._check_init_scorer()
+
+    def _check_init_scorer(self) -> None:
+        """``init_scorer`` must be a scorer of this network: its feature set, hidden width and decay are the ones
+        configured (a fine-tuned scorer keeps its architecture; set them to its values)."""
+        if not isinstance(self.init_scorer, str) or not self.init_scorer:
+            raise ValueError(f"init_scorer must be a scorer directory or a shipped scorer's name, got "
+                             f"{self.init_scorer!r}")
+        cfg = Scorer.from_pretrained(self.init_scorer).config
+        want = {"feature_set": list(cfg.feature_set), "hidden": cfg.hidden, "decay": cfg.decay}
+        for key, value in want.items():
+            if getattr(self, key) != value:
+                raise ValueError(f"{key}={getattr(self, key)!r} but init_scorer {self.init_scorer} has "
+                                 f"{key}={value!r}; set {key}: {value!r} (fine-tuning keeps its network)")
 
     def to_dict(self) -> dict:
         d = super().to_dict()
-        if not self.dagger_temperature:  # recorded only when set, so earlier runs' settings read as they were
-            d.pop("dagger_temperature")
+        for key in ("dagger_temperature", "init_scorer"):  # recorded only when set: earlier runs read as they were
+            if not d[key]:
+                d.pop(key)
         return d
 
     @classmethod

@@ -9,9 +9,9 @@ the candidates' features (L, Hkv, C, D) and their targets from the labels: fores
 evict set. The LLM is frozen.
 
 :class:`FeatureCache` keeps one safetensors file per trace under a key of everything that defines the features
-(model fingerprint, B, W, decay, dtype, format). It always holds every feature group (``FEATURE_GROUPS`` order);
-a configured feature set is a column selection of it (groups are computed independently), so feature-set sweeps
-reuse one extraction. Files are written in the packed layout (:mod:`training.packed_events`: an entry's key and
+(model fingerprint, B, W, the recent-query window when it is not W, decay, dtype, format). It always holds every
+feature group (``FEATURE_GROUPS`` order); a configured feature set is a column selection of it (groups are computed
+independently), so feature-set sweeps reuse one extraction. Files are written in the packed layout (:mod:`training.packed_events`: an entry's key and
 value columns once per trace, not once per event); a file of the earlier dense layout is repacked in place, without
 a replay. With several ranks each rank extracts its share of the traces.
 """
@@ -95,14 +95,17 @@ class FeatureCache:
     """Per-trace event files of every feature group under ``root/<key>/`` (see the module docstring)."""
 
     def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
-                 dtype: str, weights: dict | None = None):
+                 dtype: str, weights: dict | None = None, window: int | None = None):
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
+        self.window = window or interval  # the extractor's recent-query window (a fine-tuned scorer keeps its own)
         self.head_dim = int(fingerprint["head_dim"])
         self.num_groups = int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"])
         key = [fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT]
         # the model's weights dtype (foresight.fingerprint.weights_dtype), only when not float32: features of bf16
         # weights were reused by a float32 run; caches made before it was keyed stay float32's
-        blob = json.dumps(key + ([weights] if weights else []), sort_keys=True)
+        # likewise the window, only when it is not W: every cache made before it was keyed is W's
+        extra = ([weights] if weights else []) + ([{"window": self.window}] if self.window != interval else [])
+        blob = json.dumps(key + extra, sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
 
     def file(self, trace_id: str) -> Path:
@@ -133,7 +136,7 @@ class FeatureCache:
             part = todo[s0 : s0 + batch_size]
             events = collect_events(
                 model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
-                lambda: FeatureExtractor(window=self.interval, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
+                lambda: FeatureExtractor(window=self.window, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             for ev in events:
                 save_events(self.file(ev.trace_id), ev, self.head_dim, self.num_groups, FEATURE_CACHE_FORMAT,

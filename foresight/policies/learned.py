@@ -248,6 +248,12 @@ class LearnedPolicy(EvictionPolicy):
             )
         if self.score_momentum:
             scores = self._smoothed(view, scores)
+        return self.adjust(view, scores)
+
+    def adjust(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
+        """The scorer's (B, Hkv, C) ``scores`` as this policy ranks them: plus the newcomer bonus, less the age prior
+        and the age slope (stateless; DAgger's rollouts apply it to the scorer's scores so that they act as this
+        policy does, :class:`training.onpolicy.MixturePolicy`)."""
         bonus = self.applied_newcomer_bonus
         if bonus:
             first_judged = max(view.num_candidates - view.num_protected, 0)
@@ -280,10 +286,14 @@ class LearnedPolicy(EvictionPolicy):
         """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
         return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gen)
 
+    def keep_topk(self, scores, num_keep, view):
+        """``selection=topk``'s kept indices: the highest scores, with this policy's spread when it has one."""
+        spread = self.topk_spread
+        return spread_keep(scores, num_keep, spread) if spread else super().select(scores, num_keep, view)
+
     def select(self, scores, num_keep, view):
         if self.applied_selection == "topk":
-            spread = self.topk_spread
-            return spread_keep(scores, num_keep, spread) if spread else super().select(scores, num_keep, view)
+            return self.keep_topk(scores, num_keep, view)
         return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):
