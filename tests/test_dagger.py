@@ -178,11 +178,37 @@ def runs(data, tmp_path_factory):
     return root, plain, dag
 
 
+def _learned_trajectory(model, seq, policy_kwargs: dict) -> dict:
+    """``{(event, layer): (candidate positions, features of the scorer's feature set)}`` of the ``learned`` policy
+    replaying ``seq`` with ``policy_kwargs``."""
+    from foresight.policies import make_policy
+    from foresight.runtime import replay
+
+    seen = {}
+    learned = make_policy("learned", **policy_kwargs, on_features=lambda v, f: seen.__setitem__(
+        (v.event, v.layer_idx), (v.candidate_positions[0].clone(), f[0].clone())))
+    replay(model, [seq], learned, B, W)
+    return seen
+
+
+def _with_config(scorer, **changes):
+    """A copy of ``scorer`` whose config differs by ``changes`` (same weights and standardisation)."""
+    from dataclasses import replace
+
+    from foresight.scorer import Scorer
+
+    out = Scorer(replace(scorer.config, **changes), seed=None)
+    out.load_state_dict(scorer.state_dict())
+    return out.eval()
+
+
+#: top-k defaults large enough to change a tiny scorer's evictions (its scores spread over about one unit)
+TOPK_DEFAULTS = dict(newcomer_bonus=0.3, age_prior=0.3, spread=0.3)
+
+
 def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
     import datasets
 
-    from foresight.policies import make_policy
-    from foresight.runtime import replay
     from foresight.scorer import Scorer
     from training.dagger import round_dir
 
@@ -201,13 +227,10 @@ def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
         assert rows.positions.shape == golden.shape
         differs += int((rows.positions != golden).any(-1).sum())
         # the candidates are exactly those the learned policy's own cache holds at each event
-        seen = {}
-        learned = make_policy("learned", scorer=scorer0, on_features=lambda v, f: seen.__setitem__(
-            (v.event, v.layer_idx), v.candidate_positions[0].clone()))
-        replay(model, [traces[tid]], learned, B, W)
+        seen = _learned_trajectory(model, traces[tid], dict(scorer=scorer0))
         for e in range(rows.positions.shape[0]):
             for layer in range(2):
-                assert torch.equal(rows.positions[e, layer], seen[(e, layer)].int())
+                assert torch.equal(rows.positions[e, layer], seen[(e, layer)][0].int())
         # labels: α of those candidates, recomputed by brute force from eager full attention
         ref, _ = naive_alpha(model, traces[tid], B, W)
         want = ref.gather(-1, rows.positions.long())
@@ -273,34 +296,6 @@ def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
             for e in range(want.positions.shape[0]):
                 for layer in range(2):
                     assert torch.equal(want.positions[e, layer], seen[(e, layer)].int()), (tid, temperature, e)
-
-
-def _learned_trajectory(model, seq, policy_kwargs: dict) -> dict:
-    """``{(event, layer): (candidate positions, features of the scorer's feature set)}`` of the ``learned`` policy
-    replaying ``seq`` with ``policy_kwargs``."""
-    from foresight.policies import make_policy
-    from foresight.runtime import replay
-
-    seen = {}
-    learned = make_policy("learned", **policy_kwargs, on_features=lambda v, f: seen.__setitem__(
-        (v.event, v.layer_idx), (v.candidate_positions[0].clone(), f[0].clone())))
-    replay(model, [seq], learned, B, W)
-    return seen
-
-
-def _with_config(scorer, **changes):
-    """A copy of ``scorer`` whose config differs by ``changes`` (same weights and standardisation)."""
-    from dataclasses import replace
-
-    from foresight.scorer import Scorer
-
-    out = Scorer(replace(scorer.config, **changes), seed=None)
-    out.load_state_dict(scorer.state_dict())
-    return out.eval()
-
-
-#: top-k defaults large enough to change a tiny scorer's evictions (its scores spread over about one unit)
-TOPK_DEFAULTS = dict(newcomer_bonus=0.3, age_prior=0.3, spread=0.3)
 
 
 def test_topk_rounds_act_as_the_learned_policy_with_the_scorers_recorded_defaults(data, runs):

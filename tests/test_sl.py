@@ -202,6 +202,11 @@ def test_cli_reports_config_errors(capsys):
 
     assert main(["train", "sl", "--config", str(REPO / "configs" / "sl.yaml"), "bogus_key=1"]) == 2
     assert "bogus_key" in capsys.readouterr().err
+    # a shipped scorer of another network than the config's: one line naming the key, before any model loads
+    assert main(["train", "sl", "--config", str(REPO / "configs" / "sl.yaml"),
+                 "init_scorer=smollm2-135m-b64-w16"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "init_scorer smollm2-135m-b64-w16 has feature_set=" in err and len(err.splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------------------------------------------------------
