@@ -178,6 +178,28 @@ def runs(data, tmp_path_factory):
     return root, plain, dag
 
 
+def _columns(model, scorer) -> torch.Tensor:
+    """The columns of ``scorer``'s feature set among every feature group (what a round's rows hold)."""
+    from foresight.features import FEATURE_GROUPS, feature_columns
+
+    return torch.tensor(feature_columns(scorer.config.feature_set, tuple(FEATURE_GROUPS), model.config.head_dim,
+                                        model.config.num_attention_heads // model.config.num_key_value_heads))
+
+
+def _three_traces(data, runs):
+    """(model, labels, trace ids, token ids, round 0's scorer, its columns) for replays of the first three traces."""
+    import datasets
+
+    from foresight.scorer import Scorer
+    from training.dagger import round_dir
+
+    model, _ = foresight.load_model("tiny-llama", device="cpu")
+    rows = list(datasets.load_from_disk(str(data[0])))[:3]
+    scorer = Scorer.from_pretrained(round_dir(runs[0] / "dagger", 0) / "scorer")
+    return (model, load_labels(data[1]), [r["trace_id"] for r in rows], [r["input_ids"] for r in rows], scorer,
+            _columns(model, scorer))
+
+
 def _learned_trajectory(model, seq, policy_kwargs: dict) -> dict:
     """``{(event, layer): (candidate positions, features of the scorer's feature set)}`` of the ``learned`` policy
     replaying ``seq`` with ``policy_kwargs``."""
@@ -249,24 +271,12 @@ def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
 def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
     """dagger_temperature=T: where the scorer acts, the round's cache is the ``learned`` policy's under
     selection=sample at T on the trace's own generator; the draws do not depend on the batching; T=0 is top-k."""
-    import datasets
-
-    from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor
     from foresight.policies import make_policy
     from foresight.runtime import replay
-    from foresight.scorer import Scorer
-    from training.dagger import round_dir
     from training.onpolicy import collect_onpolicy_events, draw_generator
 
-    root, _, _ = runs
-    model, _ = foresight.load_model("tiny-llama", device="cpu")
-    labels = load_labels(data[1])
-    rows = list(datasets.load_from_disk(str(data[0])))[:3]
-    ids, seqs = [r["trace_id"] for r in rows], [r["input_ids"] for r in rows]
-    scorer = Scorer.from_pretrained(round_dir(root / "dagger", 0) / "scorer")
-    cols = torch.tensor(feature_columns(scorer.config.feature_set, tuple(FEATURE_GROUPS),
-                                        model.config.head_dim,
-                                        model.config.num_attention_heads // model.config.num_key_value_heads))
+    model, labels, ids, seqs, scorer, cols = _three_traces(data, runs)
 
     def ext():
         return FeatureExtractor(window=W, feature_set=tuple(FEATURE_GROUPS))
@@ -301,22 +311,11 @@ def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
 def test_topk_rounds_act_as_the_learned_policy_with_the_scorers_recorded_defaults(data, runs):
     """A scorer that records top-k defaults (newcomer bonus, age prior, spread: an exported scorer's) acts in a
     round's replay as the ``learned`` policy deploys it, not as its bare top-k."""
-    import datasets
-
-    from foresight.features import FEATURE_GROUPS, FeatureExtractor, feature_columns
-    from foresight.scorer import Scorer
-    from training.dagger import round_dir
+    from foresight.features import FEATURE_GROUPS, FeatureExtractor
     from training.onpolicy import collect_onpolicy_events
 
-    root, _, _ = runs
-    model, _ = foresight.load_model("tiny-llama", device="cpu")
-    labels = load_labels(data[1])
-    rows = list(datasets.load_from_disk(str(data[0])))[:3]
-    ids, seqs = [r["trace_id"] for r in rows], [r["input_ids"] for r in rows]
-    bare = Scorer.from_pretrained(round_dir(root / "dagger", 0) / "scorer")
+    model, labels, ids, seqs, bare, cols = _three_traces(data, runs)
     tuned = _with_config(bare, **TOPK_DEFAULTS)
-    cols = torch.tensor(feature_columns(bare.config.feature_set, tuple(FEATURE_GROUPS), model.config.head_dim,
-                                        model.config.num_attention_heads // model.config.num_key_value_heads))
 
     def rounds(scorer):
         return collect_onpolicy_events(model, seqs, ids, labels, scorer,
@@ -364,7 +363,7 @@ def test_init_scorer_fine_tunes_that_scorer_with_its_window_and_defaults(data, r
     # round 1's rows: the learned policy's trajectory with round 0's scorer, and the features it builds (window 2)
     model, _ = foresight.load_model("tiny-llama", device="cpu")
     traces = {r["trace_id"]: r["input_ids"] for r in datasets.load_from_disk(str(data[0]))}
-    cols = None
+    cols = _columns(model, r0)
     for tid in json.loads((Path(cfg.out_dir) / "split.json").read_text())["train"]:
         rows = _rows(Path(cfg.out_dir), 1, tid)
         feats = EventRows([rows.features])[:]
@@ -373,12 +372,6 @@ def test_init_scorer_fine_tunes_that_scorer_with_its_window_and_defaults(data, r
             for layer in range(2):
                 pos, f = seen[(e, layer)]
                 assert torch.equal(rows.positions[e, layer], pos.int()), (tid, e, layer)
-                if cols is None:
-                    from foresight.features import FEATURE_GROUPS, feature_columns
-
-                    cols = torch.tensor(feature_columns(r0.config.feature_set, tuple(FEATURE_GROUPS),
-                                                        model.config.head_dim, model.config.num_attention_heads
-                                                        // model.config.num_key_value_heads))
                 got = feats[e, layer].index_select(-1, cols).float()  # stored as float16
                 torch.testing.assert_close(got, f.to(feats.dtype).float(), atol=1e-3, rtol=1e-3)
 
