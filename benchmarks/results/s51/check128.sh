@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # session 51: the fine-tuned B=128 scorer (finetune128.sh's round 1, at its recorded defaults: top-k, spread 0.005,
 # age prior 0.01, window 16) beyond the split, as a candidate for the packaged B=128 scorer. Runs only once
-# finetune128.sh's rule has passed. Rule, written (with finetune128.sh) before any number of either was read. The
+# finetune128.sh's rule has passed (or, with S=runs/s51/ft128/rounds/round-2/scorer, finetune128_r2.sh's). Rule, written (with finetune128.sh) before any number of either was read. The
 # candidate replaces smollm2-135m-b128-w32 only if all hold:
 #   1. on the benchmark split (47 held-out traces at B=128) it closes at least 60% of the tova -> golden gap
 #      pooled, and its paired interval against tova lies below zero (the issue's target);
@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../../.."   # the repository root
 PY=${PY:-.venv/bin/python}; E=${E:-runs/quality}; O=${O:-runs/s51}; R=benchmarks/results
-X=$E/heldout_extra16_traces S=$O/ft128/rounds/round-1/scorer
+X=$E/heldout_extra16_traces S=${S:-$O/ft128/rounds/round-1/scorer}   # finetune128_r2.sh: S=...round-2/scorer
 for f in $E/heldout_traces $E/aime/traces $E/extra16x3_traces $X $E/val_traces $E/aime1024/traces $S; do
   [ -e $f/plan.json ] || [ -e $f/config.json ] || { echo "s51/check128.sh: error: $f missing (run finetune128.sh first)" >&2; exit 2; }
 done
