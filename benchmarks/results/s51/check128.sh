@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # session 51: the fine-tuned B=128 scorer (finetune128.sh's round 1, at its recorded defaults: top-k, spread 0.005,
 # age prior 0.01, window 16) beyond the split, as a candidate for the packaged B=128 scorer. Runs only once
-# finetune128.sh's rule has passed (or, with S=runs/s51/ft128/rounds/round-2/scorer, finetune128_r2.sh's). Rule, written (with finetune128.sh) before any number of either was read. The
-# candidate replaces smollm2-135m-b128-w32 only if all hold:
+# finetune128.sh's rule has passed (or, with S=runs/s51/ft128/rounds/round-2/scorer, finetune128_r2.sh's). Rule,
+# written (with finetune128.sh) before any number of either was read. The candidate replaces smollm2-135m-b128-w32
+# only if all hold:
 #   1. on the benchmark split (47 held-out traces at B=128) it closes at least 60% of the tova -> golden gap
 #      pooled, and its paired interval against tova lies below zero (the target);
 #   2. pooled over the three 512-cap sets beyond the split (16 unused problems, 48 more traces of them, 60 AIME;
