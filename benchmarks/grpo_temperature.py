@@ -38,14 +38,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     temperatures = _temperatures(args.temperatures)
     sc = Scorer.from_pretrained(args.scorer)
-    # only the cache of the scorer's model, B, W and decay (one features directory holds a cache per setting)
+    # only the cache of the scorer's model, B, W, window and decay (one features directory holds a cache per setting)
     c = sc.config
-    dirs = [FeatureCache(args.features, c.fingerprint, c.budget, c.interval, c.decay, dtype).dir
-            for dtype in ("float16", "bfloat16", "float32")]
+    dirs = [FeatureCache(args.features, c.fingerprint, c.budget, c.interval, c.decay, dtype,
+                         window=c.feature_window).dir for dtype in ("float16", "bfloat16", "float32")]
     files = sorted(str(p) for d in dirs if d.is_dir() for p in d.glob("*.safetensors"))
     if not files:
         raise ForesightError(f"{args.features}: no feature files of the scorer's model at B={c.budget} "
-                             f"W={c.interval} (decay {c.decay}); pass the features directory of its `foresight "
+                             f"W={c.interval} (window {c.feature_window}, decay {c.decay}); pass the features directory of its `foresight "
                              "train sl` run")
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),

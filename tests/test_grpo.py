@@ -293,6 +293,16 @@ def test_grpo_temperature_script_refuses_bad_inputs_in_one_line(tmp_path):
     (tmp_path / "features" / "0123456789abcdef" / "t.safetensors").write_bytes(b"not read")
     with pytest.raises(ForesightError, match="no feature files of the scorer's model at B=16 W=4"):
         mod.main([str(tmp_path / "scorer"), str(tmp_path / "features")])
+    # a scorer whose recent-query window is not W (moved or fine-tuned) never reads the features of W's window
+    from training.sl_features import FeatureCache
+
+    fp = foresight.model_fingerprint(model)
+    Scorer(ScorerConfig(fp, budget=16, interval=4, hidden=4, window=2), seed=0).save_pretrained(tmp_path / "w2")
+    w4 = FeatureCache(tmp_path / "features", fp, 16, 4, 0.9, "float16").dir
+    w4.mkdir()
+    (w4 / "t.safetensors").write_bytes(b"features of window 4: not read")
+    with pytest.raises(ForesightError, match=r"no feature files of the scorer's model at B=16 W=4 \(window 2"):
+        mod.main([str(tmp_path / "w2"), str(tmp_path / "features")])
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "grpo_temperature.py"), str(tmp_path / "nothere"),
                            str(tmp_path / "features")], capture_output=True, text=True, cwd=repo, timeout=300)
