@@ -54,7 +54,6 @@ from tqdm.auto import tqdm
 
 from foresight.atomic import atomic_directory, atomic_write_text
 from foresight.errors import ForesightError
-from foresight.features import FEATURE_GROUPS, FeatureExtractor
 from foresight.scorer import Scorer
 from training import checkpoint as ckpt
 from training.digests import digest
@@ -133,10 +132,8 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
         part = todo[s0 : s0 + cfg.replay_batch_size]
         events = collect_onpolicy_events(
             task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
-            lambda: FeatureExtractor(window=task.scorer_config.feature_window, feature_set=tuple(FEATURE_GROUPS),
-                                     decay=cfg.decay),
-            task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed, getattr(torch, cfg.feature_dtype),
-            len(part), cfg.dagger_temperature)
+            task.feature_cache.extractor, task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed,
+            getattr(torch, cfg.feature_dtype), len(part), cfg.dagger_temperature)
         for ev in events:
             save_events(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task), ROWS_FORMAT)
         bar.update(len(part))

@@ -17,7 +17,7 @@ features the ``learned`` policy builds) and their α
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 import torch
@@ -69,10 +69,10 @@ class MixturePolicy(EvictionPolicy):
 
     Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
     reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
-    The scorer acts as the ``learned`` policy deploys it (``actor``, a :class:`~foresight.policies.learned.
-    LearnedPolicy` of the same scorer): with ``temperature`` 0 its ``selection=topk`` with the defaults the scorer
-    records (newcomer bonus, age prior, spread: none for a freshly distilled scorer, so plain top-k), with
-    ``temperature`` > 0 a Plackett–Luce draw of the evicted set at that temperature from each trace's own
+    The scorer acts as the ``learned`` policy deploys it (a :class:`~foresight.policies.learned.LearnedPolicy` of
+    the same scorer, built here, ranks and keeps for it): with ``temperature`` 0 its ``selection=topk`` with the
+    defaults the scorer records (newcomer bonus, age prior, spread: none for a freshly distilled scorer, so plain
+    top-k), with ``temperature`` > 0 a Plackett–Luce draw of the evicted set at that temperature from each trace's own
     :func:`draw_generator` (``seed``, ``round_idx``). ``on_row(b, view, features, alpha, evicted)`` receives each
     row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
     """
@@ -81,7 +81,6 @@ class MixturePolicy(EvictionPolicy):
     observes: ClassVar[bool] = True
     extractor: Any = None
     scorer: Any = None
-    actor: Any = None
     columns: torch.Tensor | None = None
     labels: dict | None = None
     expert: dict | None = None
@@ -89,6 +88,13 @@ class MixturePolicy(EvictionPolicy):
     temperature: float = 0.0
     seed: int = 0
     round_idx: int = 0
+    _actor: Any = field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        if self.scorer is not None:  # top-k with the scorer's recorded defaults, or the draw at temperature
+            self._actor = LearnedPolicy(scorer=self.scorer, any_budget=True,
+                                        selection="sample" if self.temperature else "topk",
+                                        temperature=self.temperature or None)
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, trace_ids=None, fingerprint=None, **meta):
         if trace_ids is None or len(trace_ids) != batch_size:
@@ -130,8 +136,7 @@ class MixturePolicy(EvictionPolicy):
                     if not bool(torch.isfinite(learned).all()):
                         raise ForesightError(f"the round's scorer produced NaN/Inf scores at event {view.event}, "
                                              f"layer {view.layer_idx}; its training diverged (lower lr?)")
-                    if self.actor is not None:
-                        learned = self.actor.adjust(view, learned)
+                    learned = self._actor.adjust(view, learned)
                 scores[b] = learned[b].float()
                 self._acted.append(b)
         return scores
@@ -143,9 +148,9 @@ class MixturePolicy(EvictionPolicy):
             for b in self._acted:  # the learned policy's selection=sample, on this trace's own generator
                 order = sample_eviction(scores[b], c - num_keep, self.temperature, self._gens[b]).order
                 keep[b] = kept_indices(order, c, num_keep)
-        elif self._acted and self.actor is not None and self.actor.topk_spread:  # the learned policy's top-k
+        elif self._acted and self._actor.topk_spread:  # the learned policy's top-k with its spread
             acted = torch.tensor(self._acted, device=keep.device)
-            keep[acted] = self.actor.keep_topk(scores[acted], num_keep, view)
+            keep[acted] = self._actor.keep_topk(scores[acted], num_keep, view)
         return keep
 
     def on_evict(self, layer_idx, keep):
@@ -163,9 +168,6 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
     ``extractor_factory()`` returns a fresh full-feature-set extractor; ``temperature`` > 0 samples the scorer's
     evictions (:class:`MixturePolicy`)."""
     num_layers = model.config.num_hidden_layers
-    # the scorer acts as the learned policy deploys it: top-k with its recorded defaults, or the draw at temperature
-    actor = None if scorer is None else LearnedPolicy(
-        scorer=scorer, any_budget=True, selection="sample" if temperature else "topk", temperature=temperature or None)
     out = []
     for s0 in range(0, len(sequences), batch_size):
         seqs, ids = sequences[s0 : s0 + batch_size], list(trace_ids[s0 : s0 + batch_size])
@@ -177,7 +179,7 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
                 view.candidate_positions[b].to("cpu", torch.int32))
 
         expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
-        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, actor=actor, columns=columns,
+        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns,
                                labels=labels, expert=expert, on_row=on_row, temperature=temperature, seed=seed,
                                round_idx=round_idx)
         replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)

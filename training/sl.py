@@ -137,8 +137,9 @@ class SLTask:
                 hidden=cfg.hidden, decay=cfg.decay, provenance=provenance)
         # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
         # everything, keeping the configured feature set's columns
-        cache = FeatureCache(cfg.feature_cache or Path(cfg.out_dir) / "features", fp, cfg.budget, cfg.interval,
-                             cfg.decay, cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window)
+        self.feature_cache = cache = FeatureCache(
+            cfg.feature_cache or Path(cfg.out_dir) / "features", fp, cfg.budget, cfg.interval, cfg.decay,
+            cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window)
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
                                                     fp["num_heads"] // fp["num_kv_heads"]))

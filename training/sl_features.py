@@ -11,9 +11,10 @@ evict set. The LLM is frozen.
 :class:`FeatureCache` keeps one safetensors file per trace under a key of everything that defines the features
 (model fingerprint, B, W, the recent-query window when it is not W, decay, dtype, format). It always holds every
 feature group (``FEATURE_GROUPS`` order); a configured feature set is a column selection of it (groups are computed
-independently), so feature-set sweeps reuse one extraction. Files are written in the packed layout (:mod:`training.packed_events`: an entry's key and
-value columns once per trace, not once per event); a file of the earlier dense layout is repacked in place, without
-a replay. With several ranks each rank extracts its share of the traces.
+independently), so feature-set sweeps reuse one extraction. Files are written in the packed layout
+(:mod:`training.packed_events`: an entry's key and value columns once per trace, not once per event); a file of the
+earlier dense layout is repacked in place, without a replay. With several ranks each rank extracts its share of the
+traces.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class FeatureCache:
         blob = json.dumps(key + extra, sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
 
+    def extractor(self) -> FeatureExtractor:
+        """A fresh extractor of every feature group with this cache's window and decay: the features its files hold,
+        and those DAgger's rollouts record beside them (:mod:`training.dagger`)."""
+        return FeatureExtractor(window=self.window, feature_set=tuple(FEATURE_GROUPS), decay=self.decay)
+
     def file(self, trace_id: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", trace_id)
         digest = hashlib.sha1(trace_id.encode()).hexdigest()[:8]
@@ -135,8 +141,7 @@ class FeatureCache:
         for s0 in range(0, len(todo), batch_size):
             part = todo[s0 : s0 + batch_size]
             events = collect_events(
-                model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels,
-                lambda: FeatureExtractor(window=self.window, feature_set=tuple(FEATURE_GROUPS), decay=self.decay),
+                model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels, self.extractor,
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             for ev in events:
                 save_events(self.file(ev.trace_id), ev, self.head_dim, self.num_groups, FEATURE_CACHE_FORMAT,
