@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.scorer import Scorer
 from foresight.sampling import gumbel_topk
@@ -30,11 +31,33 @@ def _temperatures(text: str) -> list[float]:
     return out
 
 
+def overlaps(rows: EventRows, scorer: Scorer, temperatures: list[float], chunk: int = 256
+             ) -> tuple[float, dict[float, float]]:
+    """The median per-row standard deviation of ``scorer``'s scores over ``rows`` (E, L, Hkv, C, D) and, per
+    temperature, the mean overlap of a sampled evict set (one seeded generator per temperature) with the top-k one.
+    Events are read ``chunk`` at a time, so a cache larger than memory is measured; the draws do not depend on
+    ``chunk`` (each generator's noise runs on in event order)."""
+    w = scorer.config.interval
+    gens = {t: torch.Generator().manual_seed(0) for t in temperatures}
+    stds, hits = [], dict.fromkeys(temperatures, 0)
+    for start in range(0, len(rows), chunk):
+        with torch.no_grad():
+            s = scorer(rows[start:start + chunk].float().transpose(0, 1)).transpose(0, 1)  # (e, L, Hkv, C)
+        stds.append(s.std(-1).reshape(-1))
+        top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, (-s).topk(w, -1).indices, True)
+        for t in temperatures:
+            draw = gumbel_topk(-s / t, w, generator=gens[t])
+            hits[t] += int((torch.zeros_like(top).scatter_(-1, draw, True) & top).sum())
+    sets = sum(x.numel() for x in stds)  # evict sets drawn per temperature
+    return float(torch.cat(stds).median()), {t: hits[t] / (sets * w) for t in temperatures}
+
+
 def main(argv=None) -> int:
     p = OneLineParser()
     p.add_argument("scorer")
     p.add_argument("features", help="feature cache dir of `foresight train sl` (all feature groups cached)")
     p.add_argument("--temperatures", default="1,0.3,0.1,0.03,0.01")
+    p.add_argument("--chunk", type=positive_int, default=256, help="events scored at a time (memory)")
     args = p.parse_args(argv)
     temperatures = _temperatures(args.temperatures)
     sc = Scorer.from_pretrained(args.scorer)
@@ -45,21 +68,17 @@ def main(argv=None) -> int:
     files = sorted(str(p) for d in dirs if d.is_dir() for p in d.glob("*.safetensors"))
     if not files:
         raise ForesightError(f"{args.features}: no feature files of the scorer's model at B={c.budget} "
-                             f"W={c.interval} (window {c.feature_window}, decay {c.decay}); pass the features directory of its `foresight "
-                             "train sl` run")
+                             f"W={c.interval} (window {c.feature_window}, decay {c.decay}); pass the features "
+                             "directory of its `foresight train sl` run")
     # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
                                         sc.config.fingerprint["head_dim"], sc.config.num_groups))
-    x = EventRows([load_events(f, FEATURE_CACHE_FORMAT).features for f in files], cols)[:].float()
-    with torch.no_grad():
-        s = sc(x.transpose(0, 1)).transpose(0, 1)  # (E, L, Hkv, C)
+    rows = EventRows([load_events(f, FEATURE_CACHE_FORMAT).features for f in files], cols)
+    std, overlap = overlaps(rows, sc, temperatures, args.chunk)
     w = sc.config.interval
-    print(f"rows {tuple(s.shape)}; median per-row score std {s.std(-1).median():.3f}; random overlap {w / s.shape[-1]:.3f}")
-    top = torch.zeros_like(s, dtype=torch.bool).scatter_(-1, (-s).topk(w, -1).indices, True)
+    print(f"rows {tuple(rows.shape[:-1])}; median per-row score std {std:.3f}; random overlap {w / rows.shape[-2]:.3f}")
     for t in temperatures:
-        draw = gumbel_topk(-s / t, w, generator=torch.Generator().manual_seed(0))
-        m = torch.zeros_like(top).scatter_(-1, draw, True)
-        print(f"T={t:g}: overlap sampled vs top-k evict set {(m & top).sum(-1).float().mean() / w:.3f}")
+        print(f"T={t:g}: overlap sampled vs top-k evict set {overlap[t]:.3f}")
     return 0
 
 

@@ -555,3 +555,24 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     other = rows[-1]
     assert saved_identity(cache.file(other["trace_id"])) == trace_identity(other["input_ids"],
                                                                            new_labels[other["trace_id"]])
+
+
+def test_grpo_temperature_reads_a_cache_in_chunks_with_the_same_numbers(tiny_data, tmp_path, capsys):
+    """benchmarks/grpo_temperature.py loaded every event of a cache at once (killed for memory on the 332-trace
+    B=128 cache); it scores ``--chunk`` events at a time, and the numbers do not depend on the chunk."""
+    from tests.conftest import load_script
+    from training.sl import run_sl
+
+    run_sl(_cfg(tiny_data, tmp_path / "a", steps=2))
+    capsys.readouterr()  # the run's own log
+    mod = load_script("grpo_temperature.py")
+    args = [str(tmp_path / "a" / "scorer"), str(tmp_path / "features"), "--temperatures", "1,0.01"]
+    out = []
+    for chunk in ("1", "3", "100000"):
+        assert mod.main([*args, "--chunk", chunk]) == 0
+        out.append(capsys.readouterr().out)
+    assert out[0] == out[1] == out[2], out
+    lines = out[0].splitlines()
+    assert lines[0].startswith("rows (") and len(lines) == 3 and lines[2].startswith("T=0.01: overlap")
+    # a low temperature draws nearly the top-k set, a high one much less of it
+    assert float(lines[2].split()[-1]) > float(lines[1].split()[-1])
