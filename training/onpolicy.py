@@ -179,8 +179,8 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
                 view.candidate_positions[b].to("cpu", torch.int32))
 
         expert = {t: expert_events(seed, round_idx, t, len(labels[t].events), beta) for t in ids}
-        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns,
-                               labels=labels, expert=expert, on_row=on_row, temperature=temperature, seed=seed,
+        policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
+                               expert=expert, on_row=on_row, temperature=temperature, seed=seed,
                                round_idx=round_idx)
         replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
         for b, tid in enumerate(ids):
