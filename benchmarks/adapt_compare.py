@@ -12,8 +12,8 @@ because a paired difference over different inputs is a wrong number. ``--systems
 scorers differ on the base side too (an adapter trained under another scorer): the same model and traces are
 still checked, and the two bases are paired as well.
 
-    python benchmarks/adapt_compare.py benchmarks/results/adapt_B64_W16_s18/eval_B64.json \\
-        benchmarks/results/adapt_B64_W16_s17/eval_B64.json --policy learned --json runs/s18_vs_s17.json
+    python benchmarks/adapt_compare.py runs/adapt_B64_W16_s18/eval_B64.json \\
+        runs/adapt_B64_W16_s17/eval_B64.json --policy learned --json runs/s18_vs_s17.json
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ the trace-to-trace variation both runs share (a long, hard trace is hard for bot
 whether a change (rank, learning rate, anchor weight) trains better on the same data; whether it generalises is
 the held-out measurement's job (`benchmarks/adapt_eval.py`).
 
-    python benchmarks/adapt_runs.py runs/quality/adapt_s16b_B64 benchmarks/results/adapt_B64_W16_s13 \
+    python benchmarks/adapt_runs.py runs/quality/adapt_s16b_B64 runs/adapt_B64_W16_s13 \
         --plot runs/quality/adapt_s16b_vs_s13.png
 
 Each run's settings come from its newest checkpoint, else from its adapter's ``foresight_adapter.json`` (so a

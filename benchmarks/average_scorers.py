@@ -2,7 +2,7 @@
 every tool takes as it takes any scorer directory.
 
     python benchmarks/average_scorers.py --out runs/avg_b64 smollm2-135m-b64-w16 \
-        benchmarks/results/quality_B64/sl_long_scorer
+        runs/quality_B64/sl_long_scorer
 
 Members are scorer directories or shipped short names; they must share the model, B, W, the feature set and the
 decay (one line, exit 2, otherwise). Members that record different ``selection=sample`` temperatures (or one

@@ -8,7 +8,7 @@ repetition, and the median over repetitions is reported.
     python benchmarks/bench_policies.py                      # smollm2-135m, B=256, W=64, 1024 new tokens
     python benchmarks/bench_policies.py --new-tokens 512 --policies streaming_llm,h2o,lazy --reps 3
     python benchmarks/bench_policies.py --budget 64 --interval 16 --policies streaming_llm,h2o \
-        --scorer ens=smollm2-135m-b64-w16 --scorer one=benchmarks/results/quality_B64_prekey_dagger/scorer
+        --scorer ens=smollm2-135m-b64-w16 --scorer one=runs/quality_B64_prekey_dagger/scorer
 
 ``--scorer NAME=DIR`` (repeatable) adds the ``learned`` policy with that scorer as ``learned:NAME``; each scorer is
 loaded once, before any timing.
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", type=device_arg, default=None)
     p.add_argument("--scorer", action="append", default=[], metavar="NAME=DIR",
                    help="also time `learned` with this scorer, as learned:NAME (repeatable)")
-    p.add_argument("--out", default="benchmarks/results/bench_policies.json")
+    p.add_argument("--out", default="runs/bench_policies.json")
     args = p.parse_args(argv)
     # what would fail after the model load and the warm-up (or, for --out, after the whole benchmark) fails now
     cache_config_arg(args.budget, args.interval)

@@ -12,7 +12,7 @@ counts as generated), ``entry=fresh`` (enters with ``last = t``, every row obser
     foresight trace --model smollm2-135m --data synthetic --limit 6 --max-new-tokens 200 --out runs/lazy_traces
     python benchmarks/lazy_variants.py --traces runs/lazy_traces --budget 64 --interval 16
 
-JSON goes to ``benchmarks/results/lazy_variants.json`` (``--out``).
+JSON goes to ``runs/lazy_variants.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, default=64)
     p.add_argument("--interval", type=int, default=16)
     p.add_argument("--limit", type=positive_int, default=None, help="first N traces only")
-    p.add_argument("--out", default="benchmarks/results/lazy_variants.json")
+    p.add_argument("--out", default="runs/lazy_variants.json")
     args = p.parse_args(argv)
 
     torch.manual_seed(0)

@@ -8,8 +8,8 @@ bucket's per-trace means: ``(mean(heuristic) - mean(stage)) / (mean(heuristic) -
 every one must come from the same model and traces as the run (checked as ``compare.py`` does).
 
     python benchmarks/quality/by_length.py --traces runs/quality/aime/traces \\
-        --gap benchmarks/results/quality_B64_aime/quality.json:tova --budget 64 --interval 16 \\
-        benchmarks/results/quality_B64_aime/quality.json:packaged
+        --gap runs/quality_B64_aime/quality.json:tova --budget 64 --interval 16 \\
+        runs/quality_B64_aime/quality.json:packaged
 """
 
 from __future__ import annotations

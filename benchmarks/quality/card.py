@@ -15,14 +15,14 @@ the exported scorer. Stages measured by ``foresight eval fidelity`` alone (``fid
 the best heuristic from ``--reference``, a quality benchmark run on the same traces.
 
     python benchmarks/quality/card.py --budget 64 --interval 16 \\
-        --topk benchmarks/results/quality_B64_recipe336/quality.json:dagger \\
-        --sample benchmarks/results/quality_B64_recipe336/sampled/quality.json:dagger_sample \\
-        --out benchmarks/results/quality_B64_recipe336/card_fidelity.json
+        --topk runs/quality_B64_recipe336/quality.json:dagger \\
+        --sample runs/quality_B64_recipe336/sampled/quality.json:dagger_sample \\
+        --out runs/quality_B64_recipe336/card_fidelity.json
     python benchmarks/quality/card.py --budget 64 --interval 16 \\
-        --topk benchmarks/results/quality_B64_prekey_dagger/ev_held_r3/fidelity.json:learned \\
-        --sample benchmarks/results/quality_B64_prekey_dagger/ev_held_r3_sample/fidelity.json:learned \\
-        --reference benchmarks/results/quality_B64_recipe336/quality.json \\
-        --out benchmarks/results/quality_B64_prekey_dagger/card_fidelity.json
+        --topk runs/quality_B64_prekey_dagger/ev_held_r3/fidelity.json:learned \\
+        --sample runs/quality_B64_prekey_dagger/ev_held_r3_sample/fidelity.json:learned \\
+        --reference runs/quality_B64_recipe336/quality.json \\
+        --out runs/quality_B64_prekey_dagger/card_fidelity.json
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ full cache does not depend on the policy, so a different value means different t
 is refused, because a paired difference over different traces is a wrong number.
 
     python benchmarks/quality/compare.py runs/quality/quality_B64_W16/quality.json:sl \
-        benchmarks/results/quality_B64/quality.json:sl_long --budget 64 --interval 16
+        runs/quality_B64/quality.json:sl_long --budget 64 --interval 16
 
 A ``FILE`` may also be a ``foresight eval fidelity`` output's ``fidelity.json`` (``STAGE`` its policy, e.g.
 ``learned``; the model is read from the ``settings.json`` beside it). ``--gap FILE:HEURISTIC`` adds the share of

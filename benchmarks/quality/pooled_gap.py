@@ -9,8 +9,8 @@ may repeat across them (``#0`` of a problem sampled with another seed is another
 are resampled together wherever they are.
 
     python benchmarks/quality/pooled_gap.py --budget 64 --interval 16 \\
-        --set benchmarks/results/ensemble_s33/x16_t005/fidelity.json:learned \\
-              benchmarks/results/quality_B64_recipe336/extra16/quality.json:tova \\
+        --set runs/ensemble_s33/x16_t005/fidelity.json:learned \\
+              runs/quality_B64_recipe336/extra16/quality.json:tova \\
         --set ...
 
 Prints each set's pooled share and, over all sets, the pooled share (every token weighs the same: each set's

@@ -4,7 +4,7 @@ Usage (one command; see benchmarks/quality/README.md for the whole recipe)::
 
     python benchmarks/quality/run.py --model smollm2-135m --traces runs/quality/heldout_traces \
         --setting 64:16=runs/quality/golden_B64_W16 --setting 128:32=runs/quality/golden_B128_W32 \
-        --scorer sl=runs/quality/sl_B64 --scorer sl=runs/quality/sl_B128 --out benchmarks/results/quality
+        --scorer sl=runs/quality/sl_B64 --scorer sl=runs/quality/sl_B128 --out runs/quality
 
 For each (B, W) setting it replays every held-out trace under every policy (:mod:`evaluation.fidelity`) and writes
 ``quality.json`` (summaries + raw per-trace records), ``quality.md`` (tables) and ``quality.png`` (a plot) via

@@ -5,7 +5,7 @@ traces and setting) and plots, per learned stage named ``<label>_<N>`` (N = trai
 its pooled loss ratio against N, with the best heuristic and golden of the same run as horizontal lines.
 
     python benchmarks/quality/scaling.py runs/q/quality_B64/quality.json runs/q/scaling_B64/quality.json \
-        --out benchmarks/results/quality_B64/scaling.png
+        --out runs/quality_B64/scaling.png
 """
 
 from __future__ import annotations

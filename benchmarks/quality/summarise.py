@@ -5,7 +5,7 @@ time. When the statistics grow (e.g. the bootstrap interval of the share of the 
 up to date from their unchanged records: the learned stages are the ones their summaries list. Prints the tables;
 ``--write`` also rewrites the summaries in ``quality.json`` and ``quality.md`` (records and meta untouched).
 
-    python benchmarks/quality/summarise.py benchmarks/results/quality_B64_recipe336/extra16/quality.json
+    python benchmarks/quality/summarise.py runs/quality_B64_recipe336/extra16/quality.json
 """
 
 from __future__ import annotations

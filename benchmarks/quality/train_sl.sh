@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quality recipe's SL + DAgger stage in one place, for recipe.sh and the reruns under benchmarks/results/:
+# The quality recipe's SL + DAgger stage in one place, for recipe.sh:
 # `foresight train sl` on two CPU ranks with the packaged scorers' settings (2,400 steps, pre-RoPE features, three
 # DAgger rounds at beta 0.5), resumed (--resume) when OUT already holds a started run.
 #
