@@ -54,6 +54,7 @@ class _Accumulator:
     kl_tokens: int = 0
     per_trace_delta: list[tuple[float, int]] = field(default_factory=list)  # (summed ΔCE, scored positions)
     per_trace_ratio: dict[str, float] = field(default_factory=dict)
+    per_trace_ce: dict[str, list] = field(default_factory=dict)  # trace -> [summed CE, summed full-cache CE, positions]
 
     def record(self, policy: str, budget: int, interval: int, extra: dict) -> dict:
         n = self.tokens
@@ -76,6 +77,7 @@ class _Accumulator:
             "mean_trace_ratio": (sum(self.per_trace_ratio.values()) / len(self.per_trace_ratio)
                                  if self.per_trace_ratio else nan),
             "per_trace_ratio": dict(self.per_trace_ratio),
+            "per_trace_ce": dict(self.per_trace_ce),
             **extra,
         }
 
@@ -352,6 +354,7 @@ def _add_batch(acc: dict[tuple[str, int], _Accumulator], batch: dict) -> None:
             a.tokens += cnt
             a.per_trace_delta.append((ce_r - cf_r, cnt))
             a.per_trace_ratio[tid] = ce_r / cf_r if cf_r > 0 else float("nan")
+            a.per_trace_ce[tid] = [ce_r, cf_r, cnt]
         a.kl += part["kl"]
         a.agree += part["agree"]
         a.kl_tokens += part["kl_tokens"]
