@@ -1,4 +1,4 @@
-"""How random is the GRPO rollout policy at a given temperature? (docs/grpo.md, "Temperature")
+"""How random is the GRPO rollout policy at a given temperature? (docs/training.md, "GRPO")
 
 Scores cached SL features (``foresight train sl`` writes them under ``<out_dir>/features``) with a scorer and
 prints, per temperature, the mean overlap between a Plackett–Luce sampled evict set (Gumbel-top-k of

@@ -37,7 +37,7 @@ class GRPOConfig(TrainerConfig):
     heldout: float = 0.25
     split_seed: int = 0
     group_size: int = 8
-    temperature: float = 0.003  # matched to the SL hinge margin 0.01 (docs/grpo.md)
+    temperature: float = 0.003  # matched to the SL hinge margin 0.01 (docs/training.md, "GRPO")
     inner_epochs: int = 1
     clip_eps: float = 0.2
     beta: float = 0.05
