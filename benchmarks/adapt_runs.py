@@ -47,7 +47,7 @@ SAME_OBJECTIVE = ("anchor_weight", "ce_weight")
 OBJECTIVE_DEFAULTS = {"anchor_weight": 0.0, "ce_weight": 0.0}  # runs from before the anchor term had none
 BY_SOURCE = ("traces", "scorer", "world_size")  # recorded in different forms by checkpoints and adapters
 METRICS = ("loss", "kl", "loss_ratio", "ce_evicted", "top1_agreement")
-CE_RTOL = 1e-3  # the teacher replay in one piece (since session 15) or in W pieces differs by ~1e-5
+CE_RTOL = 1e-3  # the teacher replay in one piece or in W pieces differs by ~1e-5
 
 
 def run_settings(run: str | Path) -> tuple[str, dict]:

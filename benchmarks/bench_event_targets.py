@@ -1,10 +1,10 @@
 """Targets read in place vs cloned and concatenated, side by side in one run: the anonymous memory a process holds
 for the α, evict flags and positions of many recorded events, and the time to gather a training batch of them.
 
-Session 35's third DAgger round (656 traces, 60k events) was killed for memory: every rank cloned each trace's
-targets out of its mapped file and concatenated them twice (:func:`training.event_files.concat_events` and
-``join_events`` before session 36). Since then they are views of the mapped files (:class:`training.mapped_events.
-EventRows`). This reads the same event files both ways in one process and prints the growth of ``RssAnon``
+Cloning each trace's targets out of its mapped file and concatenating them (:func:`training.event_files.
+concat_events`) costs a rank memory in proportion to the events: a third DAgger round of 656 traces (60k events)
+was killed for memory that way. Training reads them as views of the mapped files (:class:`training.mapped_events.
+EventRows`) instead. This reads the same event files both ways in one process and prints the growth of ``RssAnon``
 (``/proc/self/status``, Linux) after each, and the time per batch of random events for each, with their ratios.
 Both timings read from the page cache (every page is read once before).
 
@@ -72,7 +72,7 @@ def main() -> int:
     gc.collect()
     base = anon_bytes()
     evs = [read_events(f, fmt)[1] for f in files]
-    cloned = {name: torch.cat([getattr(e, name).clone() for e in evs]) for name in TARGETS}  # before session 36
+    cloned = {name: torch.cat([getattr(e, name).clone() for e in evs]) for name in TARGETS}  # the cloned layout
     cloned_bytes = anon_bytes() - base
     t_cloned = gather_time(cloned, args.batches, args.micro_batch)
     for name in TARGETS:  # the same events either way

@@ -1,7 +1,7 @@
 """Packed vs dense event files, side by side in one run: bytes on disk and the time to read training batches.
 
 Takes packed feature-cache files (``foresight train sl``'s ``feature_cache/<key>/``), writes a dense copy of each
-(the layout before session 28) into a temporary directory, checks that both read back identically, then draws the
+(the dense layout) into a temporary directory, checks that both read back identically, then draws the
 same random batches of events from both through :class:`training.mapped_events.EventRows` for a feature set
 and prints the time per batch of each and their ratio. The files are read once before timing, so both sit in the
 page cache: this measures the CPU cost of rebuilding packed features, not the disk (where packed files win by

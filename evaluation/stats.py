@@ -117,4 +117,64 @@ def gap_share_bootstrap(stage: Sequence[float], worse: Sequence[float], better: 
     return out
 
 
-__all__ = ["gap_share_bootstrap", "paired_bootstrap"]
+def mean_bootstrap(values: Sequence[float], n: int = 10000, seed: int = 0, level: float = 0.95,
+                   groups: Sequence | None = None) -> dict:
+    """The mean of per-trace values (e.g. one policy's loss ratios) with its percentile-bootstrap interval; with
+    ``groups`` whole groups are resampled (the cluster bootstrap of :func:`paired_bootstrap`). Returns
+    ``{"mean", "ci_low", "ci_high", "n_traces", "level"}`` (and ``n_groups``)."""
+    x = np.asarray(values, dtype=np.float64)
+    return paired_bootstrap(x, np.zeros_like(x), n=n, seed=seed, level=level, groups=groups)
+
+
+def pooled_bootstrap(ce: dict[str, Sequence[float]], ce_full: Sequence[float], worse: str | None = None,
+                     better: str | None = None, n: int = 10000, seed: int = 0, level: float = 0.95,
+                     groups: Sequence | None = None) -> dict:
+    """Pooled loss ratios ``sum(ce_p) / sum(ce_full)`` of several policies over the same traces, with intervals, and
+    (given ``worse`` and ``better``) each policy's pooled share of the ``worse`` -> ``better`` gap with its own
+    interval.
+
+    ``ce[p][i]`` is policy ``p``'s CE summed over trace ``i``'s scored positions and ``ce_full[i]`` the full cache's
+    over the same positions, so a long trace weighs by its tokens, as the pooled ratio does. Every resample draws
+    traces (or, with ``groups``, whole groups) jointly for all policies and recomputes each pooled ratio and share
+    from the drawn sums. Returns ``{"ratio": {p: {"value", "ci_low", "ci_high"}}, "share": {p: {...}}, "n_traces",
+    "level"}``; a resample with no positive gap is dropped from the share's interval (``n_dropped``), and the
+    share's interval is NaN when more than ``(1 - level) / 2`` of them are.
+    """
+    names = list(ce)
+    full = np.asarray(ce_full, dtype=np.float64)
+    sums = np.stack([np.asarray(ce[p], dtype=np.float64) for p in names] + [full])  # (P + 1, traces)
+    if sums.ndim != 2 or sums.shape[1] == 0:
+        raise ValueError("pooled_bootstrap needs the same non-empty number of traces for every policy")
+    _check_finite(**{p: sums[i] for i, p in enumerate(names)}, ce_full=full)
+    if groups is not None:
+        member, _ = _members(groups, sums.shape[1])
+        sums = np.stack([np.bincount(member, weights=row) for row in sums])
+    ratios = sums[:-1].sum(axis=1) / sums[-1].sum()
+    nan = float("nan")
+    draws = None
+    if sums.shape[1] >= 2:
+        idx = _resamples(sums.shape[1], n, seed)
+        drawn = sums[:, idx].sum(axis=2)  # (P + 1, n)
+        draws = drawn[:-1] / drawn[-1]
+    out = {"ratio": {}, "share": {}, "n_traces": int(full.size), "level": level}
+    for i, p in enumerate(names):
+        lo, hi = _interval(draws[i], level) if draws is not None else (nan, nan)
+        out["ratio"][p] = {"value": float(ratios[i]), "ci_low": lo, "ci_high": hi}
+    if worse is None or better is None:
+        return out
+    w, b = names.index(worse), names.index(better)
+    gap = ratios[w] - ratios[b]
+    for i, p in enumerate(names):
+        share = {"value": float((ratios[w] - ratios[i]) / gap) if gap > 0 else nan, "ci_low": nan, "ci_high": nan,
+                 "n_dropped": 0}
+        if draws is not None:
+            g = draws[w] - draws[b]
+            ok = g > 0
+            share["n_dropped"] = int(n - ok.sum())
+            if gap > 0 and share["n_dropped"] <= (1 - level) / 2 * n:
+                share["ci_low"], share["ci_high"] = _interval((draws[w][ok] - draws[i][ok]) / g[ok], level)
+        out["share"][p] = share
+    return out
+
+
+__all__ = ["gap_share_bootstrap", "mean_bootstrap", "paired_bootstrap", "pooled_bootstrap"]

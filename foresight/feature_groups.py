@@ -29,7 +29,7 @@ superset's (:func:`feature_columns`).
     entry: its position), the cosine of its pre-RoPE key with each neighbour's, and ``log`` of each neighbour's
     attention over the last ``W`` queries (mean over the query heads of the group). A missing neighbour (padding)
     gives 0, 0 and ``log(1e-6)``. 6 numbers; needs what ``prekey`` needs. Top-k over per-entry scores evicts
-    near-tied runs of adjacent tokens as a block (``docs/results.md``, "Session 40"); these let a scorer see
+    near-tied runs of adjacent tokens as a block; these let a scorer see
     whether an entry is the last survivor of its span.
 ``query``
     per query head of the group, 2 numbers: the mean and the max over the last ``W`` queries of the logit

@@ -134,3 +134,40 @@ def test_gap_share_cluster_bootstrap_against_a_brute_force_resample():
     assert math.isnan(gap_share_bootstrap(stage, worse, golden, groups=["p"] * 15)["ci_low"])
     with pytest.raises(ValueError, match="one label per pair"):
         gap_share_bootstrap(stage, worse, golden, groups=["p"] * 3)
+
+
+def test_pooled_bootstrap_against_a_brute_force_resample():
+    """Pooled ratios weigh traces by their summed CE (long traces count more); every resample draws the traces
+    jointly for all policies, and the pooled share of the gap has its own interval."""
+    from evaluation.stats import pooled_bootstrap
+
+    rng = np.random.default_rng(2)
+    full = rng.uniform(20, 200, 10)  # summed full-cache CE per trace: traces of very different lengths
+    ce = {"golden": full * rng.uniform(1.0, 1.1, 10), "h2o": full * rng.uniform(1.3, 1.6, 10)}
+    ce["learned"] = ce["golden"] + 0.3 * (ce["h2o"] - ce["golden"])
+    out = pooled_bootstrap(ce, full, worse="h2o", better="golden", n=200, seed=3)
+    pooled = {p: v.sum() / full.sum() for p, v in ce.items()}
+    assert pooled["learned"] != pytest.approx(np.mean(ce["learned"] / full))  # pooled, not the per-trace mean
+    for p in ce:
+        assert out["ratio"][p]["value"] == pytest.approx(pooled[p])
+    share = (pooled["h2o"] - pooled["learned"]) / (pooled["h2o"] - pooled["golden"])
+    assert out["share"]["learned"]["value"] == pytest.approx(share) and share == pytest.approx(0.7)
+    idx = np.random.default_rng(3).integers(0, 10, size=(200, 10))
+    ref_ratio = [ce["h2o"][i].sum() / full[i].sum() for i in idx]
+    ref_share = [(ce["h2o"][i].sum() - ce["learned"][i].sum()) / (ce["h2o"][i].sum() - ce["golden"][i].sum())
+                 for i in idx]
+    assert out["ratio"]["h2o"]["ci_low"] == pytest.approx(np.percentile(ref_ratio, 2.5))
+    assert out["ratio"]["h2o"]["ci_high"] == pytest.approx(np.percentile(ref_ratio, 97.5))
+    assert out["share"]["learned"]["ci_low"] == pytest.approx(np.percentile(ref_share, 2.5))
+    assert out["share"]["learned"]["ci_high"] == pytest.approx(np.percentile(ref_share, 97.5))
+    assert out["share"]["h2o"]["value"] == 0 and out["share"]["golden"]["value"] == 1
+
+
+def test_mean_bootstrap_is_the_one_sample_interval():
+    from evaluation.stats import mean_bootstrap
+
+    x = np.array([1.1, 1.3, 1.2, 1.6, 1.25])
+    out = mean_bootstrap(x, n=100, seed=0)
+    idx = np.random.default_rng(0).integers(0, 5, size=(100, 5))
+    assert out["mean"] == pytest.approx(x.mean())
+    assert out["ci_low"] == pytest.approx(np.percentile([x[i].mean() for i in idx], 2.5))

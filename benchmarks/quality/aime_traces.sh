@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The 60 AIME 2024 + 2025 traces of SmolLM2 that the AIME checks read (session 21 on): $1/aime.jsonl (the two bundled
+# The 60 AIME 2024 + 2025 traces of SmolLM2 that the AIME checks read: $1/aime.jsonl (the two bundled
 # problem sets, ids prefixed aime24-/aime25-) and $1/traces (seed 0, MAX_NEW new tokens, default 512, two ranks).
 # Resumable: rerun it.
 #   bash benchmarks/quality/aime_traces.sh runs/quality/aime
-#   MAX_NEW=1024 bash benchmarks/quality/aime_traces.sh runs/quality/aime1024    # session 47
+#   MAX_NEW=1024 bash benchmarks/quality/aime_traces.sh runs/quality/aime1024    # the 1,024-token cap
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 E=${1:?usage: aime_traces.sh OUT_DIR}; PY=${PY:-.venv/bin/python}; MAX_NEW=${MAX_NEW:-512}

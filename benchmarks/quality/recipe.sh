@@ -10,7 +10,7 @@
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
 #   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 3-round run: trains round 4 only
 #   HELDOUT=48 STAGE=heldout bash benchmarks/quality/recipe.sh   # the benchmark's 48 held-out traces only
-#   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # sessions 11-12's recipe (post-RoPE
+#   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # the post-RoPE-key recipe (post-RoPE
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not

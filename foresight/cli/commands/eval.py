@@ -71,7 +71,7 @@ def _check_trace_fingerprint(ds, model, source) -> None:
 
 
 # settings.json keys a rerun into a finished --out must match; the fingerprint (model and adapter) is compared once
-# the model has loaded, and keys recorded only since session 33 are compared where the results record them
+# the model has loaded, and keys that older results lack are compared where the results record them
 FIDELITY_SAME = ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks", "scorer",
                  "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "fingerprint", "dtype")
 RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype", "dtype")
