@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
+from foresight.cli.args import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
 from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json, seed_int
 from foresight.errors import ForesightError

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from foresight.errors import ForesightError
-from foresight.scorer import SELECTIONS
 
 
 def register(sub) -> None:
@@ -22,7 +21,7 @@ def register(sub) -> None:
                    help="record B as the scorer's selection=topk newcomer bonus (chosen on validation traces)")
     p.add_argument("--age-prior", type=float, default=None, metavar="L",
                    help="record L as the scorer's selection=topk age prior (chosen on long validation traces)")
-    p.add_argument("--selection", choices=SELECTIONS, default=None,
+    p.add_argument("--selection", default=None, metavar="topk|sample",
                    help="record the learned policy's default selection for this scorer (sample needs a temperature)")
     p.add_argument("--budget", type=int, default=None, metavar="B",
                    help="with --interval: record the (B, W) of the cache the scorer runs in, when it is not the one it "
