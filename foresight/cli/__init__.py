@@ -87,8 +87,7 @@ def _unavailable(name: str, error: plugins.PluginError) -> Callable:
 
     def register(sub) -> None:
         p = sub.add_parser(name, help="(failed to load: run it for the error)", add_help=False)
-        p.add_argument("argv", nargs=argparse.REMAINDER)
-        p.set_defaults(func=run)
+        p.set_defaults(func=run, plugin_error=error)  # its arguments are not parsed (:func:`_parse`)
 
     return register
 
@@ -143,7 +142,7 @@ def _parse(parser: argparse.ArgumentParser, raw: list[str]) -> argparse.Namespac
     """The parsed arguments, or the exit status of ``--help`` (0) or of a usage error already printed (2)."""
     try:
         args, extra = parser.parse_known_args(raw)
-        if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
+        if extra and getattr(args, "plugin_error", None) is None:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
             if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
                                                                           for x in extra):
                 args.overrides += extra
