@@ -241,6 +241,11 @@ def run_aime(args) -> int:
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
     kwargs = policy_kwargs(args)[args.policy]
+    if args.policy == "learned" and "scorer" in kwargs:  # `generate`'s spelling: --policy-arg scorer=DIR
+        if args.scorer is not None:
+            raise ForesightError(f"--scorer {args.scorer} and --policy-arg scorer={kwargs['scorer']}: give the "
+                                 "scorer once")
+        args.scorer = str(kwargs.pop("scorer"))
     check_requirements([args.policy], args.scorer, None, {args.policy: kwargs})
     factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
     policy = factory(args.policy, args.budget or 0)
