@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 from evaluation.adapted import compare_adapted, fidelity_by_policy
-from evaluation.policies import check_own_inputs, make_factory, parse_policies, parse_policy_args
+from evaluation.policies import check_own_inputs, make_factory, parse_policies
+from foresight.cli.args import parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
 from foresight.config import check_output_dir, nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script

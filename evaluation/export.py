@@ -30,6 +30,7 @@ from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
 from foresight.scorer import CONFIG_NAME, TOPK_DEFAULTS, WEIGHTS_NAME, Scorer, resolve_scorer
+from foresight.scorer_hub import card_data, card_header
 
 ONNX_NAME = "scorer.onnx"
 
@@ -205,14 +206,19 @@ def _selection_defaults_text(cfg) -> str:
 
 
 def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_diff: float | None,
-               files_at: Path | None = None, adapter_lines: list[str] | None = None) -> str:
+               files_at: Path | None = None, adapter_lines: list[str] | None = None,
+               base_model: str | None = None) -> str:
     """Markdown model card of an exported scorer at ``out`` (whose files are at ``files_at`` while being written),
-    with ``adapter_lines`` (:func:`evaluation.export_adapter.adapter_card`) when an adapter is exported too."""
+    with ``adapter_lines`` (:func:`evaluation.export_adapter.adapter_card`) when an adapter is exported too. It opens
+    with the Hub's YAML metadata (:func:`foresight.scorer_hub.card_data`: ``base_model``, given or known from the
+    fingerprint, and the quoted fidelity as metrics with their traces)."""
     cfg = scorer.config
     fp = cfg.fingerprint
     n_params = sum(p.numel() for p in scorer.parameters())
     prov = cfg.provenance or {}
     lines = [
+        card_header(card_data(cfg, records=fidelity[0] if fidelity else None,
+                              source=fidelity[1] if fidelity else None, base_model=base_model)),
         f"# ForesightKV eviction scorer for `{fp.get('model', '?')}`",
         "",
         "A learned KV-cache eviction scorer (ForesightKV, DESIGN.md section 4): a tiny MLP per (layer, KV head) "
@@ -448,7 +454,7 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
                   temperature: float | None = None, spread: float | None = None,
                   newcomer_bonus: float | None = None, age_prior: float | None = None, selection: str | None = None,
                   notes: dict[str, str] | None = None, budget: int | None = None,
-                  interval: int | None = None) -> dict:
+                  interval: int | None = None, base_model: str | None = None) -> dict:
     """Write a self-contained scorer checkpoint from ``src`` (scorer or training output dir) into ``out``.
 
     ``temperature`` records the temperature ``selection=sample`` uses by default (for a scorer trained without one,
@@ -460,6 +466,9 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     ``interval`` (together) move the scorer to a cache of another (B, W), keeping the feature window it was trained
     with (:func:`_set_cache`; the ``learned`` policy then runs it there without ``any_budget``); its card then quotes
     only ``fidelity`` records whose learned rows were measured in that cache (none is looked for beside it).
+
+    ``base_model`` is the Hub id of the language model the scorer serves, for the card's metadata (default: known from
+    the fingerprint when it names a built-in model or a Hub id).
 
     ``adapter`` (an adapter directory or a ``train adapt`` output directory) is written to ``out/adapter`` in peft's
     format and described in the model card (:mod:`evaluation.export_adapter`).
@@ -511,7 +520,8 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
         if adapter_dir is not None:
             write_adapter(adapter_dir, tmp / ADAPTER_SUBDIR)
             lines = adapter_card(adapter_dir, out, paired)
-        (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp, adapter_lines=lines))
+        (tmp / "README.md").write_text(model_card(scorer, out, fid, diff, files_at=tmp, adapter_lines=lines,
+                                                  base_model=base_model))
     return {"out": str(out), "scorer_dir": str(scorer_dir), "onnx_max_abs_diff": diff,
             "fidelity_source": fid[1] if fid else None,
             "adapter": {**adapter_summary(adapter_dir), "paired": paired} if adapter_dir is not None else None}

@@ -1,6 +1,6 @@
 """Building evaluation policies from names and CLI options: plain registry policies, ``golden`` (needs labels
-for each budget) and ``learned`` (needs a scorer checkpoint), and the one parser of ``--policy-arg``
-(:func:`parse_policy_args`), which every command that builds policies uses."""
+for each budget) and ``learned`` (needs a scorer checkpoint). ``--policy-arg`` has one parser for every command,
+:func:`foresight.cli.args.parse_policy_args`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import json
 from pathlib import Path
 from typing import Callable, Sequence
 
-import golden  # noqa: F401  (registers the "golden" policy)
-from foresight.config import ConfigError, parse_scalar, read_yaml_mapping
+from foresight.config import ConfigError
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
@@ -41,41 +40,6 @@ def parse_budgets(spec: str | int | list, interval: int | None = None) -> list[i
     if not out:
         raise ForesightError("no budget given")
     return sorted(set(out))
-
-
-def parse_policy_args(items: Sequence[str], policies: Sequence[str], config: str | None = None) -> dict[str, dict]:
-    """``--policy-arg`` items (and a ``--policy-config`` file) as ``{policy: {key: value}}``, one entry per policy.
-
-    The grammar, the same for every command: ``[POLICY.]KEY=VALUE``. ``POLICY.`` names one of ``policies`` (the
-    policies in play); it may be left out where exactly one is in play (``foresight generate``, ``eval aime``) and
-    is required where several are (``eval fidelity``, ``bench``). VALUE is read as a YAML scalar (``2e-4``,
-    ``true``, ``runs/sl/scorer``); a later item wins. ``config`` (a YAML mapping of KEY: VALUE, one policy only)
-    is read first and the items override it. Errors are one line naming the bad item; the policy itself checks the
-    keys and values when it is built.
-    """
-    names = list(dict.fromkeys(policies))
-    out: dict[str, dict] = {name: {} for name in names}
-    if config:
-        if len(names) != 1:
-            raise ConfigError(f"--policy-config applies to one policy, but {len(names)} are in play ({', '.join(names)})")
-        out[names[0]].update(read_yaml_mapping(config, "--policy-config file"))
-    for item in items:
-        head, sep, value = item.partition("=")
-        head = head.strip()
-        policy, dot, key = head.rpartition(".") if "." in head else ("", "", head)
-        if not sep or not key:
-            raise ConfigError(f"--policy-arg {item!r}: expected [POLICY.]KEY=VALUE, e.g. seed=3 or random.seed=3")
-        if dot:
-            if policy not in out:
-                raise ConfigError(f"--policy-arg {item!r}: policy {policy!r} is not in play "
-                                  f"(policies: {', '.join(names) or 'none'})")
-        elif len(names) == 1:
-            policy = names[0]
-        else:
-            raise ConfigError(f"--policy-arg {item!r}: {len(names)} policies are in play ({', '.join(names)}); "
-                              f"name one: POLICY.{head}=VALUE")
-        out[policy][key] = parse_scalar(value)
-    return out
 
 
 def _is_golden_dir(path: Path) -> bool:
@@ -205,4 +169,4 @@ def check_requirements(names: list[str], scorer: str | None, golden: str | None,
 
 
 __all__ = ["check_own_inputs", "check_requirements", "golden_factory", "make_factory", "parse_budgets",
-           "parse_policies", "parse_policy_args"]
+           "parse_policies"]

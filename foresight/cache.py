@@ -32,7 +32,7 @@ from transformers.cache_utils import Cache
 
 from foresight.forward_hooks import install_hooks
 from foresight.kv_storage import BudgetedLayer, SharedBuffers
-from foresight.models import check_supported, model_fingerprint, model_shape, rope_of
+from foresight.models import base_model_of, check_supported, model_fingerprint, model_shape, rope_of
 from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
@@ -42,10 +42,15 @@ from foresight.views import EvictView, StepView, attention_probs, chunk_causal
 class BudgetedCache(Cache):
     """KV cache that keeps at most ``budget + interval`` entries per (layer, KV head) under an eviction policy.
 
+    A cache serves one sequence per row, as transformers' caches do: passed again to ``generate``, it continues the
+    sequence it has seen (the inputs must extend it); a call that brings no new token (the same prompt again) is
+    refused in one line. For a new prompt, build a new cache.
+
     Parameters
     ----------
     model
-        The decoder the cache serves (its shape and attention are read; two forward hooks are installed once).
+        The decoder the cache serves (its shape and attention are read; two forward hooks are installed once). A
+        PEFT model or a module wrapper is unwrapped to the transformers model inside (:func:`foresight.models.base_model_of`).
     policy
         A registered policy name (``foresight policies``) or an :class:`EvictionPolicy` instance.
     budget, interval
@@ -73,6 +78,7 @@ class BudgetedCache(Cache):
         policy_kwargs: dict | None = None,
         **meta,
     ):
+        model = base_model_of(model)
         check_supported(model)
         num_layers, hq, hkv = model_shape(model)
         meta.setdefault("fingerprint", model_fingerprint(model))  # policies refuse artefacts of another model

@@ -28,10 +28,8 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Iterable
 
-import torch
 import yaml
 
-from foresight.adapters import read_adapter_config
 from foresight.errors import ForesightError
 
 
@@ -245,6 +243,7 @@ def check_device(device: str | None, key: str = "device") -> str | None:
     """A device string torch understands and this machine has; None (the default device) passes."""
     if device is None:
         return None
+    import torch  # here, not at the top: the command line's argument types import this module
 
     if not isinstance(device, str) or not device.strip():
         raise ConfigError(f"{key}: expected a device name such as cpu, cuda or cuda:1, got {device!r}")
@@ -349,6 +348,8 @@ def check_adapter(path: str | None, key: str = "adapter") -> str | None:
         return None
     if not isinstance(path, str) or not path.strip():
         raise ConfigError(f"{key}: expected a peft adapter directory, got {path!r}")
+    from foresight.adapters import read_adapter_config  # torch, through the fingerprint: not for every parser
+
     read_adapter_config(path)
     return path
 

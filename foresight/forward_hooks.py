@@ -65,6 +65,10 @@ def _before_forward(model, configs, args, kwargs):
     if args:
         kwargs["input_ids"], args = args[0], args[1:]
     q = ids.shape[1]
+    if q == 0 and cache.fed:  # generate with a used cache and a prompt it has seen: nothing new to feed
+        raise ForesightError(f"this BudgetedCache has already seen {cache.fed} tokens and the call brings no new one; "
+                             "build a new BudgetedCache for a new prompt (a used cache only continues the sequence "
+                             "it has seen)")
     event = cache.next_event()
     if event is not None and cache.fed + q > event:
         kwargs = _prefill_in_pieces(model, cache, kwargs, q)

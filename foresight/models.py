@@ -330,6 +330,20 @@ def check_supported(model) -> None:
         )
 
 
+def base_model_of(model):
+    """The transformers model inside ``model``: a PEFT model (``get_base_model()``, its LoRA layers in place) or a
+    module wrapper (DistributedDataParallel, a DeepSpeed engine: ``.module``) unwrapped, any number of times; the
+    model itself otherwise. The budgeted cache hooks this one, whose forward ``generate`` runs."""
+    for _ in range(8):
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif isinstance(getattr(model, "module", None), torch.nn.Module) and not hasattr(model, "config"):
+            model = model.module
+        else:
+            break
+    return model
+
+
 def model_shape(model) -> tuple[int, int, int]:
     """(layers, query heads, KV heads) of a model."""
     cfg = model.config
@@ -362,6 +376,7 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "SUPPORTED_MODEL_TYPES",
     "UnsupportedModelError",
+    "base_model_of",
     "check_supported",
     "model_shape",
     "rope_of",

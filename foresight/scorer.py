@@ -10,7 +10,9 @@ Inputs are the features of :class:`foresight.features.FeatureExtractor`; they ar
 (:meth:`Scorer.fit_normalizer`) and saved with the weights, so the exported scorer is self-contained.
 
 A scorer directory holds ``config.json`` (:class:`ScorerConfig`: base-model fingerprint, B, W, feature set,
-hidden size, provenance) and ``model.safetensors``.
+hidden size, provenance; ``"model_type": "foresight-scorer"``) and ``model.safetensors``: a Hugging Face Hub model
+repository (:mod:`foresight.scorer_hub`), loaded with :meth:`Scorer.from_pretrained` from a directory, a shipped
+scorer's name or a Hub id, written with :meth:`Scorer.save_pretrained` and uploaded with :meth:`Scorer.push_to_hub`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from foresight.config import check_fields, check_keys, check_value
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
 from foresight.fingerprint import check_same_model, file_sha256
+from foresight.scorer_hub import MODEL_TYPE, card_data, card_header, download, looks_like_hub_id, push
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -235,6 +238,10 @@ class ScorerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ScorerConfig":
+        d = dict(d)
+        kind = d.pop("model_type", MODEL_TYPE)  # written by save_config; configs made before it have none
+        if kind != MODEL_TYPE:
+            raise ValueError(f"model_type is {kind!r}, not {MODEL_TYPE!r}: not a foresightkv scorer config")
         # an unknown key (a misspelt "decy") would be dropped and its default used without a word
         return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "scorer config"))
 
@@ -378,7 +385,8 @@ class Scorer(nn.Module):
         """Write ``config.json`` into ``directory`` (:meth:`save_pretrained` adds the weights)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        (directory / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2, default=str))
+        config = {"model_type": MODEL_TYPE, **self.config.to_dict()}
+        (directory / CONFIG_NAME).write_text(json.dumps(config, indent=2, default=str))
         return directory
 
     def save_pretrained(self, directory: str | Path) -> Path:
@@ -399,15 +407,40 @@ class Scorer(nn.Module):
             save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
         return directory
 
+    def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None,
+                    revision: str | None = None, commit_message: str = "Upload foresightkv scorer") -> str:
+        """Upload this scorer to the Hub model repository ``repo_id`` (``huggingface_hub``'s ``push_to_hub``):
+        :meth:`save_pretrained`'s files plus the directory it was loaded from's model card and ``fidelity.json``
+        (``foresight export`` output), else a card with the YAML metadata alone. Returns the commit URL."""
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="foresight-scorer-") as tmp:
+            out = Path(tmp) / "scorer"
+            self.save_pretrained(out)
+            for name in ("README.md", "fidelity.json"):
+                if self.source and (Path(self.source) / name).is_file():
+                    shutil.copyfile(Path(self.source) / name, out / name)
+            if not (out / "README.md").is_file():
+                (out / "README.md").write_text(card_header(card_data(self.config)) + "\n# foresightkv eviction "
+                                               "scorer\n\nLoad it with `Scorer.from_pretrained(repo_id)`.\n")
+            return push(out, repo_id, private=private, token=token, revision=revision, commit_message=commit_message)
+
     @classmethod
-    def from_pretrained(cls, directory: str | Path, model=None, device: str | torch.device | None = None) -> "Scorer":
-        """Load a scorer directory; with ``model`` given, also :meth:`check_compatible` against it.
+    def from_pretrained(cls, directory: str | Path, model=None, device: str | torch.device | None = None, *,
+                        revision: str | None = None, token: str | bool | None = None,
+                        cache_dir: str | Path | None = None, local_files_only: bool = False) -> "Scorer":
+        """Load a scorer from a directory, a shipped scorer's name or a Hugging Face Hub id (``org/name``, fetched
+        into the Hub cache with ``revision``, ``token``, ``cache_dir``, ``local_files_only`` as in
+        ``huggingface_hub``; offline, one line saying so); with ``model`` given, also :meth:`check_compatible`.
 
         Only JSON and safetensors are read (nothing is unpickled). Every tensor must be finite: a NaN or Inf
         weight raises :class:`ForesightError` naming the file and the tensor (such a scorer ranks at random
         while looking healthy).
         """
         directory = resolve_scorer(directory)
+        if not directory.exists() and looks_like_hub_id(str(directory)):
+            directory = download(str(directory), revision=revision, token=token, cache_dir=cache_dir,
+                                 local_files_only=local_files_only)
         if not (directory / CONFIG_NAME).is_file() or not (directory / WEIGHTS_NAME).is_file():
             names = ", ".join(shipped_scorers()) or "none"
             raise ForesightError(f"{directory} is not a scorer directory (needs {CONFIG_NAME} and {WEIGHTS_NAME}) "

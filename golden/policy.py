@@ -3,8 +3,9 @@
 ForesightKV's Golden Eviction oracle (DESIGN.md section 3); labels come from ``foresight golden``
 (:mod:`golden.oracle`). Replaying them gives the golden loss ratio that learned policies chase.
 
-The policy reads labels, so it lives with them above the library: importing :mod:`golden` registers it under
-the name ``golden`` (the library's policy registry never imports upward).
+The policy reads labels, so it lives with them above the library: it is registered under the name ``golden`` as a
+``foresight.policies`` entry point (``pyproject.toml``; :mod:`foresight.plugins`), so the library's policy registry
+imports it on first use and never imports upward.
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ import torch
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model
 from foresight.policies.base import EvictionPolicy
-from foresight.policies.registry import register_policy
 from golden.labels import LabelMismatchError, TraceLabels, check_label_tokens, labels_digest, load_labels
 
 
-@register_policy
 @dataclass
 class GoldenPolicy(EvictionPolicy):
     """Replay Golden Eviction labels: evict the labelled positions; other candidates score their α.

@@ -311,10 +311,9 @@ def test_no_traceback_escapes_the_entry_point(inputs, tmp_path, argv, names):
 
 
 def test_overrides_before_and_after_config_are_accepted(inputs, capsys):
-    from foresight.cli.commands.train import build_config
-    from training.registry import TRAINERS, load_trainers
+    from training.cli.train import build_config
+    from training.registry import TRAINERS
 
-    load_trainers()
     p = {**inputs, "out": inputs["root"] / "unused"}
     # an override before --config is parsed (not "unrecognized arguments") and wins over the file
     rc = main(["train", "sl", "lr=fast", "--config", str(inputs["lr_ok.yaml"]), *_sl_keys(p)])

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from evaluation.policies import parse_policy_args
 from foresight.cli import build_parser, main
+from foresight.cli.args import parse_policy_args
 from foresight.errors import ForesightError
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from foresight.cli import main
-from foresight.cli.demo import DEMO_POLICIES, DemoConfig, grpo_verdict
+from training.demo import DEMO_POLICIES, DemoConfig, grpo_verdict
 
 
 def _check_outputs(out):

@@ -256,3 +256,16 @@ def test_a_rerun_killed_while_rewriting_settings_resumes(data, tmp_path, monkeyp
     monkeypatch.undo()
     assert _run(data, cut) == 0
     assert _summary(cut) == _summary(full)
+
+
+def test_the_scorer_may_be_given_as_generate_takes_it(data, tmp_path, capsys):
+    """``--policy-arg scorer=DIR`` (``foresight generate``'s spelling) is ``--scorer DIR``: the same run and record."""
+    scorer = _scorer(tmp_path, 0)
+    learned = ["--limit", "1", "--policy", "learned"]
+    assert _run(data, tmp_path / "a", *learned, "--scorer", str(scorer)) == 0
+    assert _run(data, tmp_path / "b", *learned, "--policy-arg", f"scorer={scorer}") == 0
+    assert _summary(tmp_path / "a")["settings"] == _summary(tmp_path / "b")["settings"]
+    assert _texts(tmp_path / "a") == _texts(tmp_path / "b")
+    capsys.readouterr()
+    assert _run(data, tmp_path / "c", *learned, "--scorer", str(scorer), "--policy-arg", f"scorer={scorer}") == 2
+    assert "give the scorer once" in capsys.readouterr().err and not (tmp_path / "c").exists()

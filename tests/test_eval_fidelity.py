@@ -493,7 +493,7 @@ def test_cli_compares_policy_args_with_the_records_of_older_runs(trace_dir, tmp_
 def test_cli_refuses_a_finished_out_of_another_model_fingerprint(trace_dir, tmp_path, capsys):
     """The same arguments with another adapter (or other weights under one name) give another fingerprint, which is
     known once the model loads: refused then, before any compute, the results untouched."""
-    from foresight.cli.commands.eval import _check_finished_out
+    from evaluation.cli.eval import _check_finished_out
 
     out = tmp_path / "fid"
     assert main(_fid_args(trace_dir, out, "--interval", "8")) == 0

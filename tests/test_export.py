@@ -362,7 +362,7 @@ def test_export_records_the_default_selection(scorer_dir, tmp_path, capsys):
     pol = make_policy("learned", scorer=str(out))
     assert (pol.config()["selection"], pol.config()["temperature"], pol.config()["spread"]) == ("sample", 0.005, 0.0)
     assert main(["export", str(scorer_dir), "--out", str(tmp_path / "o"), "--selection", "best"]) == 2
-    assert "invalid choice: 'best'" in capsys.readouterr().err
+    assert "--selection best: selection must be one of topk, sample" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name, value", [("spread", 0.5), ("newcomer_bonus", 0.5), ("age_prior", 0.5)])

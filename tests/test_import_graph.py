@@ -1,8 +1,10 @@
 """The house: arrows point down only, and no module imports itself back through others.
 
-Layers, bottom to top: the library (``foresight`` without its command line), ``golden`` (traces, oracle),
-``evaluation`` (metrics, fidelity, export), ``training`` (which evaluates what it trains), then the command line
-and the demo. Every import counts, module level and inside functions.
+Layers, bottom to top: the library (``foresight``, with the command line's entry point and registries),
+``golden`` (traces, oracle), ``evaluation`` (metrics, fidelity, export), ``training`` (which evaluates what it
+trains). Each package above the library adds its commands (``<package>/cli``) and policies through entry points
+(:mod:`foresight.plugins`), never by being imported from below. Every import counts, module level and inside
+functions, with no exception.
 """
 
 from __future__ import annotations
@@ -12,10 +14,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = ("foresight", "golden", "training", "evaluation")
-#: Modules of the ``foresight`` package that form the top floor, not the library: the ``foresight.cli`` package
-#: (``main``, ``foresight.cli.commands.*``, ``foresight.cli.demo``) and ``python -m foresight``.
-TOP = ("foresight.cli", "foresight.__main__")
-LEVEL = {"foresight": 0, "golden": 1, "evaluation": 2, "training": 3, "top": 4}
+LEVEL = {"foresight": 0, "golden": 1, "evaluation": 2, "training": 3}
 
 
 def _modules() -> dict[str, Path]:
@@ -55,8 +54,6 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
 
 
 def _layer(mod: str) -> str:
-    if mod.startswith(TOP):
-        return "top"
     return mod.split(".")[0]
 
 

@@ -59,14 +59,48 @@ def test_check_same_model_rule():
     fp = foresight.model_fingerprint(llama)
     check_same_model(fp, llama, "x")
     check_same_model(json.dumps(fp), fp, "x")  # JSON as stored in trace datasets
-    check_same_model(dict(fp, model="/models/cache/tiny-llama"), fp, "x")  # a directory part is not identity
+    check_same_model(dict(fp, model="/models/cache/copy"), fp, "x")  # the name a loader gave it is not identity
     with pytest.raises(ModelMismatchError, match="model_type: 'llama' vs 'qwen3'"):
         check_same_model(fp, qwen3, "scorer s")  # same shapes, other architecture
-    with pytest.raises(ModelMismatchError, match="model: 'tiny-llama' vs 'finetune'"):
-        check_same_model(fp, dict(fp, model="finetune"), "labels l")  # same layout, other weights
     with pytest.raises(ModelMismatchError, match="vocab_size: None vs 261"):
         check_same_model({k: v for k, v in fp.items() if k != "vocab_size"}, fp, "x")  # never assumed equal
+    with pytest.raises(ModelMismatchError, match=r"rope: \{'rope_theta': 10000.0, 'rope_type': 'default'\} vs "):
+        check_same_model(fp, dict(fp, rope={"rope_theta": 500000.0, "rope_type": "default"}), "x")
     assert fingerprint_diff(fp, fp) == []
+
+
+def test_one_changed_weight_is_another_model_whatever_its_name():
+    from foresight.models import build_tiny_model
+
+    llama = get_model("tiny-llama")[0]
+    copy = build_tiny_model("tiny-llama")[0]  # the same numbers, built again
+    copy.config._name_or_path = "/somewhere/else/finetune"
+    check_same_model(llama, copy, "x")
+    with torch.no_grad():
+        copy.model.layers[1].mlp.up_proj.weight[3, 5] += 0.25
+    with pytest.raises(ModelMismatchError) as err:
+        check_same_model(llama, copy, "scorer s")
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("scorer s: made with another model") and "weights (float32 SHA-256)" in msg
+    # the same weights in bf16 / fp16 (what a GPU loads) are the same model, compared at the coarser precision
+    fp = foresight.model_fingerprint(llama)
+    half = build_tiny_model("tiny-llama")[0].to(torch.bfloat16)
+    check_same_model(fp, half, "x")
+    assert set(foresight.model_fingerprint(half)["weights"]) == {"bfloat16"}
+    with pytest.raises(ModelMismatchError, match="weights: digested in bfloat16 vs float16, not comparable"):
+        check_same_model(half, build_tiny_model("tiny-llama")[0].to(torch.float16), "x")
+
+
+def test_an_older_fingerprint_without_weights_is_compared_by_name_with_a_warning():
+    import foresight.fingerprint as fingerprint
+
+    fp = foresight.model_fingerprint(get_model("tiny-llama")[0])
+    old = {k: v for k, v in fp.items() if k not in ("weights", "rope")}
+    fingerprint._WARNED.clear()
+    with pytest.warns(UserWarning, match="'tiny-llama' records no weights digest.*matched by model name only"):
+        check_same_model(dict(old, model="/cache/tiny-llama"), fp, "x")
+    with pytest.raises(ModelMismatchError, match="model: 'tiny-llama' vs 'finetune'"):
+        check_same_model(old, dict(fp, model="finetune"), "labels l")
 
 
 # ---- labels tied to the tokens they were computed from -----------------------------------------------------------
@@ -343,3 +377,28 @@ def test_scorer_loading_never_unpickles(llama_scorer, tmp_path):
     with pytest.raises(ForesightError, match="not a scorer directory"):
         Scorer.from_pretrained(llama_scorer)
     assert not (tmp_path / "pwned").exists()
+
+
+def test_a_saved_copy_with_one_changed_weight_is_refused_by_a_scorer_in_one_line(tmp_path, capsys):
+    """The copy loads from a directory (another name than the scorer records): the same weights run, one changed
+    weight is refused before generating, naming the weights."""
+    from foresight.models import build_tiny_model
+    from foresight.scorer import Scorer, ScorerConfig
+
+    llama = get_model("tiny-llama")[0]
+    Scorer(ScorerConfig(foresight.model_fingerprint(llama), B, W)).save_pretrained(tmp_path / "scorer")
+    model, tok = build_tiny_model("tiny-llama")
+    model.save_pretrained(tmp_path / "same")
+    tok.save_pretrained(tmp_path / "same")
+    with torch.no_grad():
+        model.model.layers[0].self_attn.k_proj.weight[0, 0] += 0.5
+    model.save_pretrained(tmp_path / "changed")
+    tok.save_pretrained(tmp_path / "changed")
+    argv = ["generate", "--prompt", "hello", "--policy", "learned", "--policy-arg", f"scorer={tmp_path / 'scorer'}",
+            "--budget", str(B), "--interval", str(W), "--max-new-tokens", "30", "--json"]
+    assert main([*argv[:1], "--model", str(tmp_path / "same"), *argv[1:]]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):])["stats"]["evictions"] >= 1, out
+    assert main([*argv[:1], "--model", str(tmp_path / "changed"), *argv[1:]]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith("foresight generate: error: scorer ") and "weights (float32 SHA-256)" in err

@@ -46,7 +46,6 @@ from training.adapt_student import EvictedStudent, distillation_loss
 from training.digests import digest_files, digest_rows
 from training.loop import evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
-from training.registry import register_trainer
 
 
 def start_fingerprint(base, init_adapter: str | None, scorer: Scorer) -> dict:
@@ -267,7 +266,6 @@ class AdaptTask:
         return Path(path)
 
 
-@register_trainer("adapt", AdaptConfig, help="train a LoRA adapter so the model under eviction matches its full cache")
 def run_adapt(cfg: AdaptConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """KL distillation of the LM under eviction into a LoRA adapter; writes ``<out_dir>/adapter`` and
     ``summary.json``."""

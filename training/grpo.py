@@ -44,7 +44,6 @@ from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
 from training.loop import evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
-from training.registry import register_trainer
 from training.reward import episode_rewards, loss_ratio, reward_positions
 from training.rollout import (Rollout, action_advantages, collect_rollouts, event_action_mask, flat_actions,
                               rollout_log_probs)
@@ -306,7 +305,6 @@ class GRPOTask:
                 "heldout_vs_sl_ci_high": vs_sl["ci_high"], "heldout_traces": len(rows), "eval_group_size": g}
 
 
-@register_trainer("grpo", GRPOConfig, help="refine an SL scorer with GRPO on sampled eviction sets")
 def run_grpo(cfg: GRPOConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Rollouts + clipped surrogate through the shared loop; writes ``<out_dir>/scorer`` and ``summary.json``."""
     return run_task(

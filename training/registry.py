@@ -1,46 +1,47 @@
-"""Registry of trainers for ``foresight train <name>`` (SL distillation, GRPO, ...).
+"""Registry of trainers for ``foresight train <name>`` (SL distillation, GRPO, LoRA adaptation).
 
-A trainer module in :mod:`training` registers itself with :func:`register_trainer`; the ``train`` command
-imports every module of the package, so adding a trainer needs no edit elsewhere.
+One row per trainer: its name, its one-line help and where its ``run`` function and config dataclass live. The
+``train`` command builds its parser from the names and help alone, so ``foresight --help`` imports no trainer
+(they load torch, transformers and DeepSpeed); the trainer's modules are imported when it runs. A new trainer is a
+module with ``run(config, resume=False) -> dict`` and a validated config dataclass, and one row here.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 from dataclasses import dataclass
 from typing import Callable
-
-import training
-
-TRAINERS: dict[str, "TrainerSpec"] = {}
 
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """``config_cls`` is a validated dataclass with ``from_dict``; ``run(config, resume)`` returns a summary."""
+    """``config`` names a validated dataclass with ``from_dict``; ``runner`` names ``run(config, resume)``, which
+    returns a summary (both as ``"module:attribute"``, imported on use)."""
 
     name: str
-    config_cls: type
-    run: Callable[..., dict]
-    help: str = ""
+    help: str
+    runner: str
+    config: str
+
+    @property
+    def config_cls(self) -> type:
+        return _attribute(self.config)
+
+    @property
+    def run(self) -> Callable[..., dict]:
+        return _attribute(self.runner)
 
 
-def register_trainer(name: str, config_cls: type, help: str = ""):
-    """Decorator registering ``run(config, resume=False) -> dict`` as trainer ``name``."""
-
-    def deco(fn):
-        if name in TRAINERS and TRAINERS[name].run is not fn:
-            raise ValueError(f"trainer {name!r} registered twice")
-        TRAINERS[name] = TrainerSpec(name, config_cls, fn, help)
-        return fn
-
-    return deco
+def _attribute(path: str):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def load_trainers() -> dict[str, TrainerSpec]:
-    """Import every module of :mod:`training` (they register themselves) and return the registry."""
-    for mod in pkgutil.iter_modules(training.__path__):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"training.{mod.name}")
-    return TRAINERS
+TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
+    TrainerSpec("sl", "distil golden labels into the scorer (pairwise ranking hinge)",
+                "training.sl:run_sl", "training.sl_config:SLConfig"),
+    TrainerSpec("grpo", "refine an SL scorer with GRPO on sampled eviction sets",
+                "training.grpo:run_grpo", "training.grpo_config:GRPOConfig"),
+    TrainerSpec("adapt", "train a LoRA adapter so the model under eviction matches its full cache",
+                "training.adapt:run_adapt", "training.adapt_config:AdaptConfig"),
+)}

@@ -43,7 +43,6 @@ from training.distributed import init_distributed
 from training.loop import run_task, task_model
 from training.provenance import split_problems, stamp
 from training.ranking import pairwise_hinge_loss, ranking_metrics
-from training.registry import register_trainer
 from training.run_lock import locked_out_dir
 from training.sl_config import SLConfig
 from training.sl_features import FeatureCache
@@ -224,7 +223,6 @@ class SLTask:
         return [{k: r[k] for k in keep if k in r} for r in recs]
 
 
-@register_trainer("sl", SLConfig, help="distil golden labels into the scorer (pairwise ranking hinge)")
 def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
     ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`). ``out_dir``'s lock is taken

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
-import golden  # noqa: F401  (registers the "golden" policy, a default of fidelity_policies)
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
 from foresight.scorer import Scorer

@@ -30,7 +30,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
-from evaluation.policies import golden_factory, make_factory, parse_policy_args  # noqa: E402
+from evaluation.policies import golden_factory, make_factory  # noqa: E402
+from foresight.cli.args import parse_policy_args  # noqa: E402
 from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
 from foresight.config import nonnegative_int, positive_int, read_text  # noqa: E402
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402

@@ -1,21 +1,27 @@
-"""The top floor of the house: the ``foresight`` command line and the end-to-end demo, on top of the library.
+"""The ``foresight`` command line: the entry point and the command registry (the library's top floor).
 
 * :func:`main` / :func:`build_parser` (here): the entry point (``foresight = "foresight.cli:main"``,
   ``python -m foresight``);
-* :mod:`foresight.cli.commands`: one module per subcommand. A command module defines ``register(subparsers)``,
-  which adds its parser and sets ``func`` (a callable taking the parsed args and returning an exit code); modules
-  are discovered automatically. Arguments several commands share (model, cache B/W/sinks, policy and
-  ``--policy-arg``) are declared once in :mod:`foresight.cli.commands._common`;
-* :mod:`foresight.cli.demo`: the pipeline that ``foresight demo`` / ``make demo`` runs.
+* the commands: the library's own (:mod:`foresight.cli.commands`: ``generate``, ``policies``, ``launch``), found
+  there, and those of the packages above it (``trace`` and ``golden`` from :mod:`golden.cli`; ``eval``, ``bench``
+  and ``export`` from :mod:`evaluation.cli`; ``train`` and ``demo`` from :mod:`training.cli`), declared as
+  ``foresight.commands`` entry points (:mod:`foresight.plugins`). A command module defines ``register(subparsers)``,
+  which adds its parser and sets ``func`` (a callable taking the parsed args and returning an exit code). Arguments
+  several commands share (model, cache B/W/sinks, policy and ``--policy-arg``) are declared once in
+  :mod:`foresight.cli.args`.
 
-Nothing below this package imports it (``tests/test_import_graph.py``). Command modules import the heavy
-libraries (torch, transformers, the training and evaluation stacks) inside their ``run`` functions, not at the top
-of the module, so that ``foresight --help`` and a usage error answer without loading them.
+The arguments are parsed first: command modules import the heavy libraries (torch, transformers, the training and
+evaluation stacks) inside their ``run`` functions, not at the top of the module, so that ``foresight --help`` and
+a usage error answer without loading them (``tests/test_cli.py``).
+
+Launchers: ``torchrun -m foresight ...`` and ``foresight launch`` hand each rank its place in the environment;
+DeepSpeed's launcher (``deepspeed --module foresight ...``) also puts ``--local_rank=N`` right after the module
+name, which the top-level parser accepts (and checks against ``LOCAL_RANK``).
 
 Exit status: 0 success; 2 an error the user can fix (bad arguments, config values, missing or damaged input
 files), printed as one line ``foresight <command>: error: ...`` that names the offending file, key or value;
-1 an unexpected internal error, also one line (``--verbose`` shows the traceback); 130 interrupted.
-A command that refuses its input refuses it before loading a model or writing anything.
+1 an unexpected internal error, also one line (``--verbose`` shows the traceback), or a command whose plugin fails
+to import; 130 interrupted. A command that refuses its input refuses it before loading a model or writing anything.
 """
 
 from __future__ import annotations
@@ -29,8 +35,10 @@ import sys
 
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
+from typing import Callable
 
-import golden  # noqa: F401  (registers the "golden" policy)
+from foresight import plugins
+from foresight.config import nonnegative_int
 from foresight.errors import ForesightError, OneLineParser
 
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback
@@ -38,18 +46,50 @@ ERROR_DIR = "FORESIGHT_ERROR_DIR"  # set by `foresight launch` for its ranks: wh
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import foresight.cli.commands as commands
-
     parser = OneLineParser(
         prog="foresight",
         description="foresightkv: learned KV-cache eviction for long LLM reasoning.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="show library logs and tracebacks")
+    # DeepSpeed's launcher passes --local_rank=N before the command (`deepspeed --module foresight train ...`)
+    parser.add_argument("--local_rank", "--local-rank", type=nonnegative_int, default=None, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for mod in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        if not mod.name.startswith("_"):
-            importlib.import_module(f"{commands.__name__}.{mod.name}").register(sub)
+    for _, register in sorted(registered_commands().items()):
+        register(sub)
     return parser
+
+
+def registered_commands() -> dict[str, Callable]:
+    """``{name: register}`` of every command: the library's own modules and the ``foresight.commands`` plugins. A
+    plugin that fails to import still gets its name on the command line, where running it reports the error."""
+    import foresight.cli.commands as builtin
+
+    found = {m.name: importlib.import_module(f"{builtin.__name__}.{m.name}").register
+             for m in pkgutil.iter_modules(builtin.__path__) if not m.name.startswith("_")}
+    for name, ep in plugins.plugins(plugins.COMMANDS).items():
+        if name in found:
+            raise plugins.PluginError(f"{plugins.COMMANDS} {name!r} ({ep.value}) would replace a built-in command")
+        try:
+            found[name] = plugins.load(ep, plugins.COMMANDS)
+        except plugins.PluginError as exc:
+            found[name] = _unavailable(name, exc)
+    return found
+
+
+def _unavailable(name: str, error: plugins.PluginError) -> Callable:
+    """``register`` of a command whose plugin failed to import: the command takes any arguments and reports the
+    import error in one line (exit status 1; ``--verbose`` raises it with its traceback)."""
+    def run(args) -> int:
+        if args.verbose:
+            raise error
+        report(f"foresight {name}: error: {_one_line(error)}")
+        return 1
+
+    def register(sub) -> None:
+        p = sub.add_parser(name, help="(failed to load: run it for the error)", add_help=False)
+        p.set_defaults(func=run, plugin_error=error)  # its arguments are not parsed (:func:`_parse`)
+
+    return register
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(parser, raw)
     if isinstance(args, int):
         return args
+    if args.local_rank is not None:  # DeepSpeed's launcher: LOCAL_RANK is set too, and must agree
+        if os.environ.setdefault("LOCAL_RANK", str(args.local_rank)) != str(args.local_rank):
+            report(f"foresight: error: --local_rank={args.local_rank} but LOCAL_RANK={os.environ['LOCAL_RANK']} in "
+                   "the environment; start the command through one launcher")
+            return 2
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
@@ -97,7 +142,7 @@ def _parse(parser: argparse.ArgumentParser, raw: list[str]) -> argparse.Namespac
     """The parsed arguments, or the exit status of ``--help`` (0) or of a usage error already printed (2)."""
     try:
         args, extra = parser.parse_known_args(raw)
-        if extra:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
+        if extra and getattr(args, "plugin_error", None) is None:  # `train sl lr=0.1 --config x.yaml steps=5`: overrides on both sides of the options
             if isinstance(getattr(args, "overrides", None), list) and all("=" in x and not x.startswith("-")
                                                                           for x in extra):
                 args.overrides += extra

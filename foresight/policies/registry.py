@@ -1,23 +1,63 @@
-"""Registry of eviction policies by name (``foresight policies`` lists it)."""
+"""Registry of eviction policies by name (``foresight policies`` lists it).
+
+The library's own policies register themselves with :func:`register_policy` when :mod:`foresight.policies` is
+imported; packages above the library add theirs as ``foresight.policies`` entry points (:mod:`foresight.plugins`;
+``golden`` is one), which :data:`POLICIES` lists by name and imports on first lookup.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any
 
+from foresight import plugins
 from foresight.config import ConfigError, check_kwargs
 from foresight.errors import ForesightError
 
-POLICIES: dict[str, type] = {}
+
+class PolicyRegistry(Mapping):
+    """``{name: policy class}``: the registered classes and the plugins' names; a plugin is imported (and
+    registered) when it is first looked up, so listing names imports nothing."""
+
+    def __init__(self):
+        self._classes: dict[str, type] = {}
+
+    def add(self, cls: type) -> None:
+        if not cls.name:
+            raise TypeError(f"{cls.__name__} has no name")
+        if self._classes.get(cls.name, cls) is not cls:
+            raise ValueError(f"policy name {cls.name!r} registered twice")
+        self._classes[cls.name] = cls
+
+    def __getitem__(self, name: str) -> type:
+        if name not in self._classes:
+            ep = plugins.plugins(plugins.POLICIES).get(name)
+            if ep is None:
+                raise KeyError(name)
+            cls = plugins.load(ep, plugins.POLICIES)
+            if getattr(cls, "name", None) != name:
+                raise plugins.PluginError(f"{plugins.POLICIES} {name!r} ({ep.value}) is not a policy class named "
+                                          f"{name!r}")
+            self.add(cls)
+        return self._classes[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._classes or name in plugins.plugins(plugins.POLICIES)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(set(self._classes) | set(plugins.plugins(plugins.POLICIES))))
+
+    def __len__(self) -> int:
+        return len(set(self._classes) | set(plugins.plugins(plugins.POLICIES)))
+
+
+POLICIES = PolicyRegistry()
 
 
 def register_policy(cls: type) -> type:
     """Class decorator: register an :class:`EvictionPolicy` subclass under ``cls.name``."""
-    if not cls.name:
-        raise TypeError(f"{cls.__name__} has no name")
-    if cls.name in POLICIES and POLICIES[cls.name] is not cls:
-        raise ValueError(f"policy name {cls.name!r} registered twice")
-    POLICIES[cls.name] = cls
+    POLICIES.add(cls)
     return cls
 
 
@@ -25,17 +65,12 @@ class UnknownPolicyError(ValueError):
     pass
 
 
-#: Policies registered by packages above the library, and the import that registers them.
-REGISTERED_ELSEWHERE = {"golden": "golden"}
-
-
 def policy_names() -> list[str]:
-    return sorted(POLICIES)
+    return list(POLICIES)
 
 
 def _unknown(name: str, what: str = "") -> UnknownPolicyError:
-    hint = f" (`import {REGISTERED_ELSEWHERE[name]}` registers it)" if name in REGISTERED_ELSEWHERE else ""
-    return UnknownPolicyError(f"{what}unknown policy {name!r}{hint}; choose from {', '.join(policy_names())}")
+    return UnknownPolicyError(f"{what}unknown policy {name!r}; choose from {', '.join(policy_names())}")
 
 
 def check_policy_names(names, what: str = "policies") -> list[str]:

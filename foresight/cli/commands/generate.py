@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json,
+from foresight.cli.args import (add_cache_args, add_model_args, add_policy_args, policy_kwargs, print_json,
                                            refuse_unused_cache_args)
 from foresight.config import (nonempty_text, nonnegative_float, nonnegative_int, positive_int, seed_int,
                               unit_float)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from foresight.cli.commands._common import print_json
+from foresight.cli.args import print_json
 
 
 def register(sub) -> None:

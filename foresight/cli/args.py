@@ -1,14 +1,15 @@
 """Arguments shared by several subcommands, each declared once here (model; cache B/W/sinks; policies and
-``--policy-arg``). Their argparse types (:mod:`foresight.config`) refuse bad values as one-line usage errors (exit
+``--policy-arg``, read by :func:`parse_policy_args`); commands of the packages above the library use them too. Their argparse types (:mod:`foresight.config`) refuse bad values as one-line usage errors (exit
 status 2) before anything is loaded or written."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import Sequence
 
-from foresight.config import (adapter_arg, device_arg, nonnegative_int, parse_overrides, positive_int,
-                              unit_float)
+from foresight.config import (ConfigError, adapter_arg, device_arg, nonnegative_int, parse_overrides, parse_scalar,
+                              positive_int, read_yaml_mapping, unit_float)
 from foresight.errors import ForesightError
 
 
@@ -79,7 +80,7 @@ def fill_sampling_filters(args, *, top_p: float, top_k: int) -> None:
 def add_policy_args(p: argparse.ArgumentParser, *, several: bool = False) -> None:
     """``--policy NAME`` and ``--policy-config FILE`` (one policy in play), or neither (``several``: the command
     declares its own ``--policies``), and ``--policy-arg`` in the one grammar of
-    :func:`evaluation.policies.parse_policy_args`; :func:`policy_kwargs` reads them back."""
+    :func:`parse_policy_args`; :func:`policy_kwargs` reads them back."""
     if not several:
         p.add_argument("--policy", default="full", help="policy name (see `foresight policies`; default: full)")
         p.add_argument("--policy-config", default=None, help="YAML file of policy hyperparameters")
@@ -99,10 +100,43 @@ parse_kv = parse_overrides  # ``key=value`` strings (trainer config overrides), 
 def policy_kwargs(args, policies: list[str] | None = None) -> dict[str, dict]:
     """``{policy: hyperparameters}`` from ``--policy-config`` and ``--policy-arg`` for the policies in play
     (default: the one ``--policy``)."""
-    from evaluation.policies import parse_policy_args
-
     return parse_policy_args(args.policy_arg, policies if policies is not None else [args.policy],
                              getattr(args, "policy_config", None))
+
+
+def parse_policy_args(items: Sequence[str], policies: Sequence[str], config: str | None = None) -> dict[str, dict]:
+    """``--policy-arg`` items (and a ``--policy-config`` file) as ``{policy: {key: value}}``, one entry per policy.
+
+    The grammar, the same for every command: ``[POLICY.]KEY=VALUE``. ``POLICY.`` names one of ``policies`` (the
+    policies in play); it may be left out where exactly one is in play (``foresight generate``, ``eval aime``) and
+    is required where several are (``eval fidelity``, ``bench``). VALUE is read as a YAML scalar (``2e-4``,
+    ``true``, ``runs/sl/scorer``); a later item wins. ``config`` (a YAML mapping of KEY: VALUE, one policy only)
+    is read first and the items override it. Errors are one line naming the bad item; the policy itself checks the
+    keys and values when it is built.
+    """
+    names = list(dict.fromkeys(policies))
+    out: dict[str, dict] = {name: {} for name in names}
+    if config:
+        if len(names) != 1:
+            raise ConfigError(f"--policy-config applies to one policy, but {len(names)} are in play ({', '.join(names)})")
+        out[names[0]].update(read_yaml_mapping(config, "--policy-config file"))
+    for item in items:
+        head, sep, value = item.partition("=")
+        head = head.strip()
+        policy, dot, key = head.rpartition(".") if "." in head else ("", "", head)
+        if not sep or not key:
+            raise ConfigError(f"--policy-arg {item!r}: expected [POLICY.]KEY=VALUE, e.g. seed=3 or random.seed=3")
+        if dot:
+            if policy not in out:
+                raise ConfigError(f"--policy-arg {item!r}: policy {policy!r} is not in play "
+                                  f"(policies: {', '.join(names) or 'none'})")
+        elif len(names) == 1:
+            policy = names[0]
+        else:
+            raise ConfigError(f"--policy-arg {item!r}: {len(names)} policies are in play ({', '.join(names)}); "
+                              f"name one: POLICY.{head}=VALUE")
+        out[policy][key] = parse_scalar(value)
+    return out
 
 
 def print_json(obj) -> None:

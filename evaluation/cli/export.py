@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from foresight.errors import ForesightError
-from foresight.scorer import SELECTIONS
 
 
 def register(sub) -> None:
@@ -22,12 +21,15 @@ def register(sub) -> None:
                    help="record B as the scorer's selection=topk newcomer bonus (chosen on validation traces)")
     p.add_argument("--age-prior", type=float, default=None, metavar="L",
                    help="record L as the scorer's selection=topk age prior (chosen on long validation traces)")
-    p.add_argument("--selection", choices=SELECTIONS, default=None,
+    p.add_argument("--selection", default=None, metavar="topk|sample",
                    help="record the learned policy's default selection for this scorer (sample needs a temperature)")
     p.add_argument("--budget", type=int, default=None, metavar="B",
                    help="with --interval: record the (B, W) of the cache the scorer runs in, when it is not the one it "
                         "was trained at (a transfer measured first); its recent-query window stays its trained W")
     p.add_argument("--interval", type=int, default=None, metavar="W", help="see --budget")
+    p.add_argument("--base-model", default=None, metavar="HUB_ID",
+                   help="the Hub id of the language model the scorer serves, for the card's metadata (default: known "
+                        "from the fingerprint when it names a built-in model or a Hub id)")
     p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
                    help="add KEY: TEXT to the exported provenance and model card (repeatable)")
     p.add_argument("--overwrite", action="store_true",
@@ -54,7 +56,8 @@ def run(args) -> int:
     res = export_scorer(args.src, args.out, onnx=args.onnx, fidelity=args.fidelity, overwrite=args.overwrite,
                         adapter=args.adapter, temperature=args.temperature, spread=args.spread,
                         newcomer_bonus=args.newcomer_bonus, age_prior=args.age_prior, selection=args.selection,
-                        notes=_notes(args.note), budget=args.budget, interval=args.interval)
+                        notes=_notes(args.note), budget=args.budget, interval=args.interval,
+                        base_model=args.base_model)
     print(f"exported {res['scorer_dir']} -> {res['out']} (config.json, model.safetensors, README.md)")
     if res["adapter"]:
         a = res["adapter"]

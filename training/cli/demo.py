@@ -1,4 +1,4 @@
-"""``foresight demo``: the end-to-end pipeline that ``make demo`` runs (see :mod:`foresight.cli.demo`)."""
+"""``foresight demo``: the end-to-end pipeline that ``make demo`` runs (see :mod:`training.demo`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from foresight.cli.demo import DemoConfig, run_demo
+    from training.demo import DemoConfig, run_demo
 
     overrides = {"model": args.model, "out_dir": args.out}
     for key in ("problems", "sl_steps", "grpo_steps"):

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from foresight.cli.commands._common import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
+from foresight.cli.args import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
 from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json, seed_int
 from foresight.errors import ForesightError
@@ -241,6 +241,11 @@ def run_aime(args) -> int:
     if args.policy == "golden":
         raise ForesightError("the golden policy replays fixed traces; it cannot generate (use `eval fidelity`)")
     kwargs = policy_kwargs(args)[args.policy]
+    if args.policy == "learned" and "scorer" in kwargs:  # `generate`'s spelling: --policy-arg scorer=DIR
+        if args.scorer is not None:
+            raise ForesightError(f"--scorer {args.scorer} and --policy-arg scorer={kwargs['scorer']}: give the "
+                                 "scorer once")
+        args.scorer = str(kwargs.pop("scorer"))
     check_requirements([args.policy], args.scorer, None, {args.policy: kwargs})
     factory = make_factory(scorer=args.scorer, policy_kwargs={args.policy: kwargs})
     policy = factory(args.policy, args.budget or 0)

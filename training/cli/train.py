@@ -1,29 +1,26 @@
 """``foresight train <trainer> --config FILE [key=value ...] [--resume]``: train the learned scorer.
 
-Trainers (``sl`` distillation, ``grpo`` ...) come from :mod:`training.registry`; each registers its config
-dataclass, so this module never changes when a trainer is added. Launch it plain, or under
-``torchrun --nproc_per_node N`` / ``deepspeed --num_gpus N`` (see docs/training.md).
+Trainers (``sl`` distillation, ``grpo``, ``adapt``) come from :mod:`training.registry`, so this module never
+changes when a trainer is added. Launch it plain, under ``foresight launch --nproc-per-node N``, ``torchrun
+--nproc_per_node N -m foresight`` or ``deepspeed --num_gpus N --module foresight`` (see docs/gpu.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 
-from foresight.cli.commands._common import parse_kv
+from foresight.cli.args import parse_kv
 from foresight.config import read_yaml_mapping
+from training.registry import TRAINERS
 
 
 def register(sub) -> None:
-    from training.registry import load_trainers
-
-    p = sub.add_parser("train", help="train the learned scorer (sl, grpo, ...)")
+    p = sub.add_parser("train", help="train the learned scorer (sl, grpo, adapt)")
     tsub = p.add_subparsers(dest="trainer", metavar="TRAINER")
-    for name, spec in sorted(load_trainers().items()):
+    for name, spec in sorted(TRAINERS.items()):
         tp = tsub.add_parser(name, help=spec.help, description=spec.help)
         tp.add_argument("--config", default=None, help=f"YAML config (e.g. configs/{name}.yaml)")
         tp.add_argument("--resume", action="store_true", help="continue from the last checkpoint in out_dir")
-        tp.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
         tp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config keys")
         tp.set_defaults(func=run)
     p.set_defaults(func=lambda args: p.print_help() or 0)
@@ -41,7 +38,6 @@ def build_config(spec, config_path: str | None, overrides: list[str]):
 
 def run(args) -> int:
     from training.distributed import shutdown_distributed
-    from training.registry import TRAINERS
 
     spec = TRAINERS[args.trainer]
     cfg = build_config(spec, args.config, args.overrides)

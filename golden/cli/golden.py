@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from foresight.cli.commands._common import add_cache_args, add_model_args
-from foresight.cli.commands.trace import rank_device
+from foresight.cli.args import add_cache_args, add_model_args
+from golden.cli.trace import rank_device
 from foresight.config import check_output_dir, positive_int
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from foresight.cli.commands._common import add_cache_args, add_model_args, add_policy_args, policy_kwargs
+from foresight.cli.args import add_cache_args, add_model_args, add_policy_args, policy_kwargs
 from foresight.config import check_output_dir, nonempty_text, positive_int
 
 

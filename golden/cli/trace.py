@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from foresight.cli.commands._common import add_model_args, add_sampling_filter_args, fill_sampling_filters
+from foresight.cli.args import add_model_args, add_sampling_filter_args, fill_sampling_filters
 from foresight.config import check_output_dir, nonempty_text, nonnegative_float, nonnegative_int, positive_int
 
 
