@@ -221,7 +221,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
                               source=fidelity[1] if fidelity else None, base_model=base_model)),
         f"# ForesightKV eviction scorer for `{fp.get('model', '?')}`",
         "",
-        "A learned KV-cache eviction scorer (ForesightKV, DESIGN.md section 4): a tiny MLP per (layer, KV head) "
+        "A learned KV-cache eviction scorer (ForesightKV): a tiny MLP per (layer, KV head) "
         "that ranks cache entries (higher = keep), trained to imitate the Golden Eviction oracle.",
         "",
         "## Use",

@@ -131,10 +131,10 @@ def entry_age(positions: torch.Tensor, c: int) -> torch.Tensor:
     return (cache_now(positions) - positions[..., :c].float()).clamp(min=0)
 
 
-def log_age(positions: torch.Tensor, c: int, start: int = 0) -> torch.Tensor:
-    """``log1p`` of :func:`entry_age` less ``start`` (clamped at 0): the ``age`` feature at ``start=0``; the
-    ``learned`` policy's ``age_prior`` subtracts a multiple of it, from ``age_prior_from``."""
-    return torch.log1p((entry_age(positions, c) - start).clamp(min=0))
+def log_age(positions: torch.Tensor, c: int) -> torch.Tensor:
+    """``log1p`` of :func:`entry_age`: the ``age`` feature; the ``learned`` policy's ``age_prior`` subtracts a multiple
+    of it."""
+    return torch.log1p(entry_age(positions, c))
 
 
 def _group_age(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:

@@ -7,7 +7,7 @@ selection=sample``). The two learned records are relabelled so the card says whi
 its ``stage`` and ``source`` file. Both stages must be the same scorer weights (the SHA-256 each run recorded; for
 runs older than that record, the same scorer directory) on the same traces and model (scored tokens, full-cache
 CE) and trace ids, measured as ``learned`` runs the scorer by default (no other policy argument at a non-default
-value: no ``any_budget`` transfer, no ``score_momentum``; a top-k stage's spread, newcomer bonus and age prior are
+value: no ``any_budget`` transfer; a top-k stage's spread, newcomer bonus and age prior are
 quoted with it, and ``foresight export`` checks them against the scorer's recorded top-k defaults; a sampled stage's
 newcomer bonus and age prior must be 0); anything else is refused. The learned records carry the
 weights' SHA-256 when the runs recorded it (``scorer_sha256``), which ``foresight export --fidelity`` checks against

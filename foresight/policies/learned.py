@@ -1,4 +1,4 @@
-"""The learned policy: the ForesightKV scorer over the shared feature extractor (DESIGN.md section 4).
+"""The learned policy: the ForesightKV scorer over the shared feature extractor (docs/training.md, "The scorer").
 
 Features come from :class:`foresight.features.FeatureExtractor` (the same object type the distillation
 replay uses), scores from :class:`foresight.scorer.Scorer` (higher = keep).
@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import torch
 
 from foresight.errors import ForesightError
-from foresight.feature_groups import cache_now, entry_age, log_age
-from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
+from foresight.feature_groups import log_age
+from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
 from foresight.scorer import SELECTIONS, Scorer
@@ -45,12 +45,6 @@ class LearnedPolicy(EvictionPolicy):
         entries judged for the first time, on the least evidence), under either selection; 0 leaves the scores as
         trained. Default: under ``topk`` the one the scorer records (``newcomer_bonus`` in its config, chosen on
         validation traces), else 0.
-    score_momentum
-        ``m`` in [0, 1): an entry scored at earlier events is judged on the exponential moving average
-        ``m * previous + (1 - m) * score`` of its scores, so one low score at one event does not evict it for good
-        (an entry judged for the first time uses its score); 0 (default) judges every event's score alone.
-        The average is kept per (layer, KV head, entry) and follows the cache through every eviction; the
-        newcomer bonus is added after it and never stored.
     spread
         With ``topk``: evict one candidate at a time and add ``spread`` to its two cache neighbours' scores
         (:func:`foresight.sampling.spread_keep`), so near-tied neighbours are not evicted as a whole span; 0 is
@@ -59,27 +53,9 @@ class LearnedPolicy(EvictionPolicy):
     age_prior
         ``lam`` >= 0: subtract ``lam * log1p(t - position)`` from every candidate's score (``t`` the newest position
         plus one), under either selection, so that an entry ranked just above the eviction boundary does not stay
-        forever. Session 48's reading of why ``sample`` beats ``topk`` on long traces: a draw evicts a near-boundary
-        entry with some probability at every event, a survival that decays with the number of events it lived
-        through, which ``topk`` lacks (``benchmarks/results/s48/``; session 49 located the gain in the tilt among
-        entries younger than a few hundred tokens). Default: under ``topk`` the one the scorer records (``age_prior``
-        in its config; 0.01 for the packaged B=64 scorer since session 49), else 0 (the scores as trained).
-    age_prior_from
-        ``a0`` >= 0 tokens: the age prior counts only the age past ``a0``, ``lam * log1p(max(age - a0, 0))``, so entries
-        younger than ``a0`` keep the scores as trained. Measured worse than 0 at both budgets (session 49,
-        ``benchmarks/results/s49/gate.txt``): the prior's gain on long traces lies in its tilt among young entries.
-        0 (default) is the plain prior.
-    age_prior_after
-        ``t0`` >= 0 tokens: apply the age prior only at events where the cache's newest position is at least ``t0``,
-        so a trace shorter than ``t0`` is ranked as trained. Session 49 (``benchmarks/results/s49/after.txt``): at
-        B=128 after 512 it keeps short traces as trained but loses most of the long ones' gain, which builds up from
-        the first events. 0 (default) applies it at every event.
-    age_slope
-        ``s`` >= 0: subtract ``s * (t - position) / W`` (the number of eviction events the entry lived through) from
-        every candidate's score, under either selection: a prior linear in age where ``age_prior``'s is logarithmic,
-        so it separates old entries from very old ones and barely touches the young. Measured worse than
-        ``age_prior`` at both budgets (session 49, ``benchmarks/results/s49/slope.txt``). 0 (default) leaves the
-        scores as trained.
+        forever: a sampled draw evicts such an entry with some probability at every event, top-k never does, and
+        this gives top-k the same decay with age. Default: under ``topk`` the one the scorer records (``age_prior``
+        in its config), else 0 (the scores as trained).
     any_budget
         Run the scorer at a budget/interval other than the (B, W) its config records (the one it was trained at,
         or the one ``foresight export --budget B --interval W`` moved it to after measuring it there). Off by
@@ -96,17 +72,12 @@ class LearnedPolicy(EvictionPolicy):
     temperature: float | None = None
     seed: int = 0
     newcomer_bonus: float | None = None
-    score_momentum: float = 0.0
     spread: float | None = None
     age_prior: float | None = None
-    age_prior_from: int = 0
-    age_prior_after: int = 0
-    age_slope: float = 0.0
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
     _gen: Any = field(default=None, init=False, repr=False)
-    _memory: EntryState = field(default_factory=EntryState, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -116,16 +87,10 @@ class LearnedPolicy(EvictionPolicy):
             check_range("temperature", self.temperature, 1e-6)
         if self.newcomer_bonus is not None:
             check_range("newcomer_bonus", self.newcomer_bonus, 0.0)
-        check_range("score_momentum", self.score_momentum, 0.0)
         if self.age_prior is not None:
             check_range("age_prior", self.age_prior, 0.0)
-        check_range("age_slope", self.age_slope, 0.0)
-        check_range("age_prior_from", self.age_prior_from, 0)
-        check_range("age_prior_after", self.age_prior_after, 0)
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
-        if self.score_momentum >= 1.0:  # m = 1 would freeze every entry at its first score
-            raise ValueError(f"score_momentum must be in [0, 1), got {self.score_momentum}")
         check_seed(self.seed)
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
@@ -222,7 +187,6 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer.check_shape(num_layers, num_groups=num_groups)
         self._scorer.to(device)
         self._extractor.reset(num_layers, num_groups)
-        self._memory.reset(num_layers)
         self._gen = torch.Generator().manual_seed(self.seed)
 
     def observe(self, view: StepView) -> None:
@@ -246,13 +210,11 @@ class LearnedPolicy(EvictionPolicy):
                 f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
                 "feature_mean/feature_std, or retrain it)"
             )
-        if self.score_momentum:
-            scores = self._smoothed(view, scores)
         return self.adjust(view, scores)
 
     def adjust(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
         """The scorer's (B, Hkv, C) ``scores`` as this policy ranks them: plus the newcomer bonus, less the age prior
-        and the age slope (stateless; DAgger's rollouts apply it to the scorer's scores so that they act as this
+        (stateless; DAgger's rollouts apply it to the scorer's scores so that they act as this
         policy does, :class:`training.onpolicy.MixturePolicy`)."""
         bonus = self.applied_newcomer_bonus
         if bonus:
@@ -261,26 +223,8 @@ class LearnedPolicy(EvictionPolicy):
             scores[..., first_judged:] += bonus
         prior = self.applied_age_prior
         if prior:
-            penalty = prior * log_age(view.positions, scores.shape[-1], self.age_prior_from)
-            if self.age_prior_after:  # per sequence: the batch's rows may be at different lengths
-                late = cache_now(view.positions) >= self.age_prior_after
-                penalty = penalty * late
-            scores = scores - penalty
-        if self.age_slope:
-            events = entry_age(view.positions, scores.shape[-1]) / view.num_protected
-            scores = scores - self.age_slope * events
+            scores = scores - prior * log_age(view.positions, scores.shape[-1])
         return scores
-
-    def _smoothed(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
-        """``scores`` averaged with each candidate's earlier average (kept in ``_memory``, NaN = never scored)."""
-        m, c = self.score_momentum, view.num_candidates
-        past = self._memory.extend(view.layer_idx, "score", view.keys.shape[2], float("nan"), like=scores)
-        before = past[..., :c]
-        out = torch.where(torch.isnan(before), scores, m * before + (1.0 - m) * scores)
-        past = past.clone()
-        past[..., :c] = out
-        self._memory.set(view.layer_idx, "score", past)
-        return out
 
     def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:
         """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
@@ -298,4 +242,3 @@ class LearnedPolicy(EvictionPolicy):
 
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)
-        self._memory.gather(layer_idx, keep)
