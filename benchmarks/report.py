@@ -81,8 +81,8 @@ def headline(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
                 continue
             cells += [_ci(n["pooled"]["ratio"][p]), _ci(n["means"][p], "mean")]
         if row == "best":
-            names = sorted({n["best"] for n in cols})
-            label = f"best heuristic ({' / '.join(names)}; of 9, picked on these traces)"
+            names = ", ".join(f"{n['best']} at B={b}" for n, (b, _) in zip(cols, SETTINGS))
+            label = f"best heuristic ({names}; the best of 9 on these traces)"
         else:
             label = LABELS[row]
         lines.append(f"| {label} | {' | '.join(cells)} |")

@@ -161,6 +161,13 @@ def _git_commit() -> str | None:
         return None
 
 
+def _provenance_value(v) -> str:
+    """A provenance value for the card: long lists (trace ids) as their length, the whole list in config.json."""
+    if isinstance(v, list) and len(v) > 8:
+        return f"{len(v)} entries (listed in `config.json`)"
+    return f"`{json.dumps(v, default=str) if not isinstance(v, str) else v}`"
+
+
 def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
     lines = ["## Evaluation", "", f"Fidelity on held-out traces (from `{source}`; lower loss ratio is better, "
              "1.0 = identical to the full cache):", ""]
@@ -255,7 +262,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         "",
     ]
     if prov:
-        lines += [f"- {k}: `{json.dumps(v, default=str) if not isinstance(v, str) else v}`" for k, v in prov.items()]
+        lines += [f"- {k}: {_provenance_value(v)}" for k, v in prov.items()]
     else:
         lines.append("- (the checkpoint records no provenance)")
     lines.append("")
