@@ -98,8 +98,8 @@ def rope_settings(cfg) -> dict:
 
 #: Precisions of the weights digest: a model records its own dtype's and every coarser one's, so the same weights
 #: loaded in another precision compare equal at the finest precision both record (:func:`fingerprint_diff`).
-DIGEST_PRECISIONS = {"float32": ("float32", "bfloat16", "float16"), "bfloat16": ("bfloat16",),
-                     "float16": ("float16",)}
+DIGEST_PRECISIONS = {"float64": ("float32", "bfloat16", "float16"), "float32": ("float32", "bfloat16", "float16"),
+                     "bfloat16": ("bfloat16",), "float16": ("float16",)}
 
 
 def _digest_parameters(model) -> list[tuple[str, torch.Tensor]]:
@@ -114,21 +114,32 @@ def _digest_parameters(model) -> list[tuple[str, torch.Tensor]]:
     return sorted(out.items())
 
 
+def _version(t: torch.Tensor) -> int:
+    """The tensor's in-place version counter; -1 for an inference tensor, which has none (and cannot change)."""
+    try:
+        return t._version
+    except RuntimeError:
+        return -1
+
+
 def weights_digest(model) -> dict[str, str]:
     """``{precision: SHA-256}`` of the model's weights (:func:`_digest_parameters`: name, shape and the values cast
-    to ``precision``, little-endian), for the model's dtype and each coarser one (:data:`DIGEST_PRECISIONS`); a model
-    whose weights are not all float32, bfloat16 or float16 records ``{"raw": ...}`` of its bytes.
+    to ``precision``, little-endian), for the model's dtype and each coarser one (:data:`DIGEST_PRECISIONS`; a float64
+    model, as numerical checks use, digests at float32 and below); a model whose weights mix other dtypes records
+    ``{"raw": ...}`` of its bytes.
 
     The digest is cached on the model, keyed by every parameter's storage and version counter, so it is computed
     once per model (it reads every weight: seconds for SmolLM2-135M in fp32 on a CPU) and again only after the
     weights change."""
     params = _digest_parameters(model)
-    key = tuple((n, p.data_ptr(), p._version, p.dtype, str(p.device)) for n, p in params)
+    key = tuple((n, p.data_ptr(), _version(p), p.dtype, str(p.device)) for n, p in params)
     cached = model.__dict__.get("_foresight_weights_digest")
     if cached is not None and cached[0] == key:
         return dict(cached[1])
     dtypes = {str(p.dtype).removeprefix("torch.") for _, p in params}
-    finest = "float32" if "float32" in dtypes else dtypes.pop() if len(dtypes) == 1 else "raw"
+    finest = next((d for d in ("float64", "float32") if d in dtypes), None)
+    if finest is None:
+        finest = next(iter(dtypes)) if len(dtypes) == 1 else "raw"
     precisions = DIGEST_PRECISIONS.get(finest, ("raw",))
     hashes = {prec: hashlib.sha256() for prec in precisions}
     for name, p in params:

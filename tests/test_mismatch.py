@@ -87,6 +87,7 @@ def test_one_changed_weight_is_another_model_whatever_its_name():
     half = build_tiny_model("tiny-llama")[0].to(torch.bfloat16)
     check_same_model(fp, half, "x")
     assert set(foresight.model_fingerprint(half)["weights"]) == {"bfloat16"}
+    check_same_model(fp, build_tiny_model("tiny-llama")[0].to(torch.float64), "x")  # numerical checks run in fp64
     with pytest.raises(ModelMismatchError, match="weights: digested in bfloat16 vs float16, not comparable"):
         check_same_model(half, build_tiny_model("tiny-llama")[0].to(torch.float16), "x")
 
