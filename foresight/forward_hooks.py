@@ -66,7 +66,7 @@ def _before_forward(model, configs, args, kwargs):
         kwargs["input_ids"], args = args[0], args[1:]
     q = ids.shape[1]
     event = cache.next_event()
-    if event is not None and cache.fed + q > event:
+    if event is not None and cache.fed + q > event and cache.span is None:  # a layer-major span evicts inside
         kwargs = _prefill_in_pieces(model, cache, kwargs, q)
     positions, valid = _step_inputs(cache, kwargs.get("input_ids", kwargs.get("inputs_embeds")), kwargs)
     kwargs["position_ids"] = positions

@@ -52,6 +52,10 @@ class CAOTEPolicy(EvictionPolicy):
                 f"{getattr(self.inner, 'name', self.inner)!r}"
             )
 
+    @property
+    def per_layer(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner, "per_layer", False))
+
     def config(self) -> dict:
         return {"inner": self.inner.name, "inner_kwargs": self.inner.config()}
 

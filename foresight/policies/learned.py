@@ -16,7 +16,7 @@ from foresight.errors import ForesightError
 from foresight.feature_groups import cache_now, entry_age, log_age
 from foresight.policies.base import EntryState, EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
-from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
+from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
 from foresight.scorer import SELECTIONS, Scorer
 from foresight.views import EvictView, LayersView, StepView
 
@@ -39,7 +39,8 @@ class LearnedPolicy(EvictionPolicy):
         Temperature of ``sample``; default: the one the scorer was trained with (``temperature`` in its
         config, recorded by GRPO), else 1.0.
     seed
-        Seed of the sampling generator, re-applied at every reset.
+        Seed of the sampling generators, one per layer (:func:`~foresight.sampling.layer_generators`), re-applied
+        at every reset.
     newcomer_bonus
         Added to the scores of the candidates that were the protected newest ``W`` at the previous event (the
         entries judged for the first time, on the least evidence), under either selection; 0 leaves the scores as
@@ -91,6 +92,7 @@ class LearnedPolicy(EvictionPolicy):
     name: ClassVar[str] = "learned"
     observes: ClassVar[bool] = True
     observes_layers: ClassVar[bool] = True
+    per_layer: ClassVar[bool] = True
     scorer: Any = None
     selection: str | None = None
     temperature: float | None = None
@@ -105,7 +107,7 @@ class LearnedPolicy(EvictionPolicy):
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
-    _gen: Any = field(default=None, init=False, repr=False)
+    _gens: Any = field(default=None, init=False, repr=False)
     _memory: EntryState = field(default_factory=EntryState, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
@@ -223,7 +225,7 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer.to(device)
         self._extractor.reset(num_layers, num_groups)
         self._memory.reset(num_layers)
-        self._gen = torch.Generator().manual_seed(self.seed)
+        self._gens = layer_generators(self.seed, num_layers)
 
     def observe(self, view: StepView) -> None:
         self._extractor.observe(view)
@@ -282,9 +284,10 @@ class LearnedPolicy(EvictionPolicy):
         self._memory.set(view.layer_idx, "score", past)
         return out
 
-    def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:
-        """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
-        return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gen)
+    def draw(self, scores: torch.Tensor, num_keep: int, layer_idx: int) -> EvictionDraw:
+        """The sampled eviction of ``selection=sample`` at layer ``layer_idx``, from that layer's generator (and of
+        GRPO's rollout policy, which subclasses this)."""
+        return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gens[layer_idx])
 
     def keep_topk(self, scores, num_keep, view):
         """``selection=topk``'s kept indices: the highest scores, with this policy's spread when it has one."""
@@ -294,7 +297,7 @@ class LearnedPolicy(EvictionPolicy):
     def select(self, scores, num_keep, view):
         if self.applied_selection == "topk":
             return self.keep_topk(scores, num_keep, view)
-        return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
+        return kept_indices(self.draw(scores, num_keep, view.layer_idx).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)

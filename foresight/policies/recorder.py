@@ -48,6 +48,10 @@ class FeatureRecorder(EvictionPolicy):
     def replay_only(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.driver, "replay_only", False))
 
+    @property
+    def per_layer(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.driver, "per_layer", False))  # the extractor keeps per-layer state only
+
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, **meta):
         self.extractor.reset(num_layers, num_groups)
         self.driver.reset(batch_size, num_layers, device, num_groups=num_groups, **meta)
