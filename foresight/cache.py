@@ -138,7 +138,11 @@ class BudgetedCache(Cache):
 
     # -- one forward step ----------------------------------------------------------------------------------------
     def begin_step(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
-        """Declare the logical positions (batch, q) and validity of the tokens the next forward appends."""
+        """Declare the logical positions (batch, q) and validity of the tokens the next forward appends.
+
+        The validity of a decode step's token (one per row, after the first forward) is stored with its entry but
+        not read back: decoding appends attendable tokens (``generate`` and ``model.generate`` add a 1 to the
+        attention mask), and a read would make every decode step wait for the device."""
         if self.span is not None:
             self.span.declare(positions, valid)
             self.observer.flush(self.step)  # a span observes every piece at once: nothing may stay held
@@ -152,7 +156,7 @@ class BudgetedCache(Cache):
         self._step_pos = positions
         self._step_valid = valid
         self._shared_mask = None
-        if not self._has_padding and not bool(valid.all()):
+        if not self._has_padding and (positions.shape[1] > 1 or self.fed == 0) and not bool(valid.all()):
             self._has_padding = True
 
     def end_step(self) -> None:
@@ -197,8 +201,14 @@ class BudgetedCache(Cache):
             self._evict_layer(layer_idx, target, protected_newest)
         self.events += 1
         self._count_evicted(n, target)
+        self._end_event()
+
+    def _end_event(self) -> None:
+        """An event's one read from the device: whether padding is left (one read, only while some is), then the
+        policy's :meth:`~foresight.policies.base.EvictionPolicy.end_event`."""
         if self._has_padding:
-            self._has_padding = not all(bool(layer.valid.all()) for layer in self.layers)
+            self._has_padding = not bool(torch.stack([layer.valid.all() for layer in self.layers]).all())
+        self.policy.end_event()
 
     @staticmethod
     def _evicts(n: int, target: int, protected_newest: int) -> bool:
@@ -267,6 +277,8 @@ class BudgetedCache(Cache):
         self.events = span.event + span.fired[0]
         self._has_padding = span.padded[0]
         self._shared_mask = None
+        if span.fired[0]:
+            self.policy.end_event()
 
     def _choose(self, layer_idx: int, layer: BudgetedLayer, n: int, n_cand: int, n_keep: int) -> torch.Tensor:
         """Indices (batch, Hkv, n_keep + newest) of the entries ``layer`` keeps, in cache order."""

@@ -70,6 +70,11 @@ class EvictionPolicy:
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """The layer now holds entries ``keep`` (batch, Hkv, k) of its previous content, in that order."""
 
+    def end_event(self) -> None:
+        """Every layer has been evicted at an event (after a layer-major span: at all of the span's events). The one
+        place where a policy may read device values back (checks, statistics): the other hooks run inside decode
+        steps and evictions, which never wait for the device (:mod:`foresight.generation`)."""
+
     def config(self) -> dict:
         """Hyperparameters as a plain dict (recorded with results)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.init and not f.name.startswith("_")}

@@ -86,3 +86,6 @@ class CAOTEPolicy(EvictionPolicy):
     def on_evict(self, layer_idx, keep):
         self.inner.on_evict(layer_idx, keep)
         self._out[layer_idx] = None
+
+    def end_event(self):
+        self.inner.end_event()

@@ -109,6 +109,7 @@ class LearnedPolicy(EvictionPolicy):
     _extractor: Any = field(default=None, init=False, repr=False)
     _gens: Any = field(default=None, init=False, repr=False)
     _memory: EntryState = field(default_factory=EntryState, init=False, repr=False)
+    _finite: list = field(default_factory=list, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -226,6 +227,7 @@ class LearnedPolicy(EvictionPolicy):
         self._extractor.reset(num_layers, num_groups)
         self._memory.reset(num_layers)
         self._gens = layer_generators(self.seed, num_layers)
+        self._finite = []  # (event, layer, all scores finite) of the current event, read at its end
 
     def observe(self, view: StepView) -> None:
         self._extractor.observe(view)
@@ -242,12 +244,7 @@ class LearnedPolicy(EvictionPolicy):
             self.on_features(view, feats)
         scores = self._scorer(feats, layer_idx=view.layer_idx)
         live = view.valid[..., : view.num_candidates]
-        if not bool(torch.isfinite(scores).masked_fill(~live, True).all()):
-            raise ForesightError(
-                f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {view.event}, "
-                f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
-                "feature_mean/feature_std, or retrain it)"
-            )
+        self._finite.append((view.event, view.layer_idx, torch.isfinite(scores).masked_fill(~live, True).all()))
         if self.score_momentum:
             scores = self._smoothed(view, scores)
         return self.adjust(view, scores)
@@ -302,3 +299,15 @@ class LearnedPolicy(EvictionPolicy):
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)
         self._memory.gather(layer_idx, keep)
+
+    def end_event(self):
+        """Refuse NaN/Inf scores of the event's layers (one read per event, see :meth:`score`)."""
+        checks, self._finite = self._finite, []
+        if not checks:
+            return
+        for (event, layer, _), ok in zip(checks, torch.stack([c for *_, c in checks]).tolist()):
+            if not ok:
+                raise ForesightError(
+                    f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {event}, layer "
+                    f"{layer}; ranking them would evict arbitrary entries (check its weights and "
+                    "feature_mean/feature_std, or retrain it)")

@@ -74,5 +74,8 @@ class FeatureRecorder(EvictionPolicy):
         self.extractor.on_evict(layer_idx, keep)
         self.driver.on_evict(layer_idx, keep)
 
+    def end_event(self):
+        self.driver.end_event()
+
     def config(self) -> dict:
         return {"driver": getattr(self.driver, "name", "?")}
