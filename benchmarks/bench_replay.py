@@ -1,17 +1,20 @@
-"""The full-cache reference replay in pieces of ``W`` tokens against :data:`foresight.runtime.FULL_PIECE`.
+"""Evicting replay, layer-major against piecewise, against the one-piece full-cache replay.
 
-``foresight.replay(model, seqs, "full")`` feeds a policy that neither evicts nor observes in pieces of
-``FULL_PIECE`` tokens (nothing happens between pieces); before, it used pieces of ``W`` like an evicting policy.
-Both run on the same traces, interleaved repetition by repetition so that machine noise hits both alike; prints
-the seconds of each, their ratio and the largest difference of their per-token CE (float rounding only).
+For every policy of ``--policies`` the same sequences are replayed under B/W by both engines of
+:func:`foresight.replay` (``engine="layer-major"``: each layer's projections and MLP over a span of pieces, its
+attention piece by piece; ``engine="piecewise"``: one forward per piece), and once with the full cache in one piece
+(:data:`foresight.runtime.FULL_PIECE` tokens), the cost every evicting replay is measured against. All sides run
+interleaved, repetition by repetition, so that machine noise hits them alike; prints each side's median seconds,
+its ratio to the full replay, and per policy the largest difference of the two engines' per-token CE and whether
+their cache statistics (events, evicted entries, peaks) agree.
 
-    python benchmarks/bench_replay.py --traces runs/quality/heldout_traces --limit 4 --interval 16
-    python benchmarks/bench_replay.py --traces runs/quality/heldout_traces --length 1024   # their first 1024 tokens
-    python benchmarks/bench_replay.py --length 512          # random tokens when there are no traces
+    python benchmarks/bench_replay.py --length 460 --limit 1 --policies h2o,learned --budget 64 --interval 16
+    python benchmarks/bench_replay.py --traces runs/quality/heldout_traces --limit 4 --length 1024
 
 ``--length N`` is the length of every sequence replayed: N random tokens, or the first N tokens (prompt included)
 of each trace, a shorter trace being refused; without it, 512 random tokens or the traces whole. The JSON output
-records it (``length``: null for whole traces).
+records it (``length``: null for whole traces). ``learned`` uses ``--scorer`` (default the shipped scorer for the
+default B/W).
 """
 
 from __future__ import annotations
@@ -26,11 +29,15 @@ import torch
 import foresight
 from foresight.config import check_output_file, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.policies import checked_policy
+from foresight.policies.registry import check_policy_names
 from foresight.runtime import FULL_PIECE
+from foresight.schedule import cache_config_arg
 from golden.traces import load_traces
 
 
 DEFAULT_RANDOM_LENGTH = 512
+ENGINES = ("layer-major", "piecewise")
 
 
 def _traces(args) -> list[list[int]] | None:
@@ -59,6 +66,19 @@ def _random(args, vocab: int) -> list[list[int]]:
     return [torch.randint(vocab, (args.length,), generator=gen).tolist() for _ in range(args.limit)]
 
 
+def _policies(args) -> dict:
+    """``--policies`` built and checked against ``--budget``/``--interval`` before the model loads."""
+    cfg = cache_config_arg(args.budget, args.interval)
+    out = {}
+    for name in check_policy_names(args.policies, "--policies"):
+        kwargs = {"scorer": args.scorer} if name == "learned" else {}
+        policy = checked_policy(name, [(cfg.budget, cfg.interval)], f"--policies {name}", **kwargs)
+        if not policy.evicts:
+            raise ForesightError(f"--policies {name}: it never evicts; the full-cache replay is the reference already")
+        out[name] = policy
+    return out
+
+
 def main(argv=None) -> int:
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="smollm2-135m")
@@ -67,38 +87,66 @@ def main(argv=None) -> int:
     ap.add_argument("--length", type=positive_int, default=None,
                     help=f"tokens per sequence: of the random ones (default {DEFAULT_RANDOM_LENGTH}), or the first N "
                          "of each trace (default: whole traces)")
-    ap.add_argument("--interval", type=positive_int, default=16, help="W: the piece the reference used before")
+    ap.add_argument("--policies", default="h2o,learned", help="comma-separated evicting policies (default h2o,learned)")
+    ap.add_argument("--budget", type=positive_int, default=64)
+    ap.add_argument("--interval", type=positive_int, default=16)
+    ap.add_argument("--scorer", default="smollm2-135m-b64-w16", help="the learned policy's scorer")
     ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
     check_output_file(args.json, "--json")  # written after the whole benchmark
+    policies = _policies(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     seqs = _traces(args)
     if seqs is None and args.length is None:
         args.length = DEFAULT_RANDOM_LENGTH
     model, _ = foresight.load_model(args.model)
     seqs = seqs or _random(args, model.config.vocab_size)
-    sides = {f"W={args.interval} pieces": args.interval, f"FULL_PIECE={FULL_PIECE}": None}
+
+    def full():
+        return [foresight.replay(model, [s], "full", interval=args.interval) for s in seqs]
+
+    sides = {"full (one piece)": full}
+    for name, policy in policies.items():
+        for engine in ENGINES:
+            sides[f"{name} {engine}"] = (lambda p=policy, e=engine: [
+                foresight.replay(model, [s], p, args.budget, args.interval, engine=e) for s in seqs])
     times: dict[str, list[float]] = {k: [] for k in sides}
-    ce: dict[str, list[torch.Tensor]] = {}
+    results: dict[str, list] = {}
     foresight.replay(model, seqs[:1], "full", interval=args.interval)  # warm-up
     for _ in range(args.repeats):
-        for name, chunk in sides.items():
+        for side, run in sides.items():
             t0 = time.perf_counter()
-            ce[name] = [foresight.replay(model, [s], "full", interval=args.interval, chunk=chunk).ce[0] for s in seqs]
-            times[name].append(time.perf_counter() - t0)
-    (a, ta), (b, tb) = ((k, statistics.median(v)) for k, v in times.items())
-    diff = max(float((x - y).abs().max()) for x, y in zip(ce[a], ce[b]))
+            results[side] = run()
+            times[side].append(time.perf_counter() - t0)
+    median = {k: statistics.median(v) for k, v in times.items()}
+    ref = median["full (one piece)"]
+    agree = {}
+    for name in policies:
+        a, b = (results[f"{name} {e}"] for e in ENGINES)
+        diff = max(float((x.ce - y.ce).abs().nan_to_num().max()) for x, y in zip(a, b))
+        agree[name] = {"max_ce_difference": diff, "same_stats": all(x.stats == y.stats for x, y in zip(a, b)),
+                       "engines": sorted({x.engine for x in a} | {y.engine for y in b})}
     tokens = sum(len(s) for s in seqs)
     shape = f"{args.length} tokens each" if args.length is not None else "whole traces"
-    print(f"{len(seqs)} sequences ({shape}), {tokens} tokens, median of {args.repeats}: {a} {ta:.2f}s, {b} {tb:.2f}s, "
-          f"ratio {ta / tb:.2f}x; max |CE difference| {diff:.2e} nats")
+    print(f"{len(seqs)} sequence(s) ({shape}), {tokens} tokens, B={args.budget} W={args.interval}, median of "
+          f"{args.repeats} interleaved repeats, {torch.get_num_threads()} torch threads")
+    print(f"{'side':<26}{'seconds':>9}{'x full':>8}")
+    for side, t in median.items():
+        print(f"{side:<26}{t:>9.2f}{t / ref:>8.2f}")
+    for name, a in agree.items():
+        print(f"{name}: layer-major vs piecewise max |CE difference| {a['max_ce_difference']:.2e} nats, "
+              f"cache statistics {'identical' if a['same_stats'] else 'DIFFER'}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"model": args.model, "traces": args.traces, "sequences": len(seqs), "length": args.length,
-                       "tokens": tokens, "interval": args.interval,
-                       "full_piece": FULL_PIECE, "seconds": {a: ta, b: tb}, "ratio": ta / tb,
-                       "max_ce_difference": diff, "torch_threads": torch.get_num_threads()}, fh, indent=1)
+                       "tokens": tokens, "budget": args.budget, "interval": args.interval, "full_piece": FULL_PIECE,
+                       "scorer": args.scorer if "learned" in policies else None, "repeats": args.repeats,
+                       "seconds": median, "ratio_to_full": {k: v / ref for k, v in median.items()},
+                       "agreement": agree, "torch_threads": torch.get_num_threads()}, fh, indent=1)
     return 0
 
 

@@ -9,7 +9,8 @@ the model's attention modules use it, and it
 2. runs SDPA with the mask the cache builds from its own bookkeeping (padding entries, chunk causality).
 
 transformers builds no mask of its own for an implementation name it does not know, so no work is wasted on a
-mask we would throw away. With no routed cache the function is plain SDPA with the mask it is given.
+mask we would throw away. With no routed cache the function is plain SDPA with the mask it is given. In a
+layer-major span (:mod:`foresight.layer_major`) it runs the layer's attention piece by piece.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 from typing import Any
 
+import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -28,13 +30,35 @@ _REGISTERED = False
 def foresight_attention(module, query, key, value, attention_mask, **kwargs):
     """SDPA attention that lets the routed budgeted cache observe queries and supply the mask."""
     cache = _ACTIVE.get()
-    if cache is not None:
-        layer_idx = module.layer_idx
-        attention_mask = cache.attention_mask(layer_idx, query.shape[2], query.dtype)
-        cache.observe(layer_idx, query, key, value, attention_mask, kwargs.get("scaling"))
-        # Our mask already encodes causality inside the chunk; SDPA must not add its own top-left one.
-        kwargs["is_causal"] = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
+    if cache is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if cache.span is not None:
+        return span_attention(cache, module, query, key, value, kwargs)
+    return attend(cache, module, query, key, value, kwargs)
+
+
+def attend(cache, module, query, key, value, kwargs: dict):
+    """One step of one layer through ``cache``: ``key``/``value`` are the layer's whole cache, the newest entries
+    the step's own; the cache supplies the mask and hands the queries to its policy, then SDPA."""
+    layer_idx = module.layer_idx
+    attention_mask = cache.attention_mask(layer_idx, query.shape[2], query.dtype)
+    cache.observe(layer_idx, query, key, value, attention_mask, kwargs.get("scaling"))
+    # Our mask already encodes causality inside the chunk; SDPA must not add its own top-left one.
+    kwargs["is_causal"] = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+
+def span_attention(cache, module, query, key, value, kwargs: dict):
+    """Layer-major (:mod:`foresight.layer_major`): one layer's attention over a span of pieces, ``query``/``key``/
+    ``value`` the span's (batch, heads, span, d). Piece by piece the cache appends the piece's entries, :func:`attend`
+    runs as in a piecewise step, and the cache evicts the layer when the piece ends at an event."""
+    layer_idx = module.layer_idx
+    out = []
+    for i, (s, e) in enumerate(cache.span.bounds()):
+        keys, values = cache.enter_piece(layer_idx, i, key[:, :, s:e], value[:, :, s:e])
+        out.append(attend(cache, module, query[:, :, s:e], keys, values, dict(kwargs))[0])
+        cache.leave_piece(layer_idx)
+    return torch.cat(out, dim=1), None
 
 
 def register_attention() -> None:

@@ -32,6 +32,7 @@ from transformers.cache_utils import Cache
 
 from foresight.forward_hooks import install_hooks
 from foresight.kv_storage import BudgetedLayer, SharedBuffers
+from foresight.layer_major import Piece, Span
 from foresight.models import base_model_of, check_supported, model_fingerprint, model_shape, rope_of
 from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
@@ -124,6 +125,7 @@ class BudgetedCache(Cache):
         self._shared_mask: tuple[tuple[int, int], torch.Tensor | None] | None = None
         self._routed: list = []
         self.observer = Observer(policy, self.shared)  # hands queries to the policy (decode steps held)
+        self.span: Span | None = None  # the next forward's layer-major span (foresight.layer_major)
 
     # -- the schedule -------------------------------------------------------------------------------------------
     @property
@@ -142,7 +144,14 @@ class BudgetedCache(Cache):
 
     # -- one forward step ----------------------------------------------------------------------------------------
     def begin_step(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
-        """Declare the logical positions (batch, q) and validity of the tokens the next forward appends."""
+        """Declare the logical positions (batch, q) and validity of the tokens the next forward appends.
+
+        The validity of a decode step's token (one per row, after the first forward) is stored with its entry but
+        not read back: decoding appends attendable tokens (``generate`` and ``model.generate`` add a 1 to the
+        attention mask), and a read would make every decode step wait for the device."""
+        if self.span is not None:
+            self.span.declare(positions, valid)
+            self.observer.flush(self.step)  # a span observes every piece at once: nothing may stay held
         self.observer.begin_step(first=self.fed == 0)
         if self.fed == 0:
             batch, q = positions.shape
@@ -153,19 +162,22 @@ class BudgetedCache(Cache):
         self._step_pos = positions
         self._step_valid = valid
         self._shared_mask = None
-        if not self._has_padding and not bool(valid.all()):
+        if not self._has_padding and (positions.shape[1] > 1 or self.fed == 0) and not bool(valid.all()):
             self._has_padding = True
 
     def end_step(self) -> None:
         """Close the forward step; fire the eviction event when the cache holds ``target + W`` entries."""
         self.observer.end_step(self._step_pos, self.step)
+        if self.span is not None:
+            self._end_span()
+            return
         self.step += 1
         self.fed += self._step_pos.shape[1]
         for i, layer in enumerate(self.layers):
             n = layer.get_seq_length()
             if n > self.peak_entries[i]:
                 self.peak_entries[i] = n
-        due = self.budget is not None and self.length >= self.target + self.interval
+        due = self._due(self.length)
         if due or self.observer.over_cap(self.length):
             self.flush_observations()
         if due:
@@ -182,24 +194,97 @@ class BudgetedCache(Cache):
         """Entries held per (layer, KV head) now."""
         return self.layers[0].get_seq_length()
 
+    def _due(self, n: int) -> bool:
+        """True when a layer holding ``n`` entries is at an event (``target + W``)."""
+        return self.budget is not None and n >= self.target + self.interval
+
     def _evict(self, target: int, protected_newest: int) -> None:
         """Evict every layer down to ``target`` entries, never touching the newest ``protected_newest``."""
         n = self.length
-        n_cand = n - protected_newest
-        n_keep = target - protected_newest
-        if n <= target or n_cand <= 0 or n_keep < 0:
+        if not self._evicts(n, target, protected_newest):
             return
-        for layer_idx, layer in enumerate(self.layers):
-            with torch.no_grad():  # decisions carry no gradient; only the kept entries' values do
-                keep = self._choose(layer_idx, layer, n, n_cand, n_keep)
-            layer.gather(keep)
-            with torch.no_grad():
-                self.policy.on_evict(layer_idx, keep)
+        for layer_idx in range(len(self.layers)):
+            self._evict_layer(layer_idx, target, protected_newest)
         self.events += 1
-        self.evicted_entries += (n - target) * self.layers[0].keys.shape[0] * self.layers[0].keys.shape[1]
-        self._shared_mask = None
+        self._count_evicted(n, target)
+        self._end_event()
+
+    def _end_event(self) -> None:
+        """An event's one read from the device: whether padding is left (one read, only while some is), then the
+        policy's :meth:`~foresight.policies.base.EvictionPolicy.end_event`."""
         if self._has_padding:
-            self._has_padding = not all(bool(layer.valid.all()) for layer in self.layers)
+            self._has_padding = not bool(torch.stack([layer.valid.all() for layer in self.layers]).all())
+        self.policy.end_event()
+
+    @staticmethod
+    def _evicts(n: int, target: int, protected_newest: int) -> bool:
+        return n > target and n - protected_newest > 0 and target - protected_newest >= 0
+
+    def _evict_layer(self, layer_idx: int, target: int, protected_newest: int) -> None:
+        """Evict one layer down to ``target`` entries: the policy ranks, the layer gathers, the policy follows."""
+        layer = self.layers[layer_idx]
+        n = layer.get_seq_length()
+        with torch.no_grad():  # decisions carry no gradient; only the kept entries' values do
+            keep = self._choose(layer_idx, layer, n, n - protected_newest, target - protected_newest)
+        layer.gather(keep)
+        with torch.no_grad():
+            self.policy.on_evict(layer_idx, keep)
+        self._shared_mask = None
+
+    def _count_evicted(self, n: int, target: int) -> None:
+        self.evicted_entries += (n - target) * self.layers[0].keys.shape[0] * self.layers[0].keys.shape[1]
+
+    # -- layer-major spans (foresight.layer_major) ----------------------------------------------------------------
+    def feed_span(self, pieces: list[Piece], detach: bool = False) -> None:
+        """Make the next forward one layer-major span of this cache's schedule ``pieces`` (consecutive, from the
+        tokens fed so far): each layer attends and evicts piece by piece inside it (``detach``: cutting its cached
+        entries' autograd history after every piece, as :meth:`detach_` after each piecewise forward)."""
+        if not pieces or pieces[0][0] != self.fed or any(a[1] != b[0] for a, b in zip(pieces, pieces[1:])):
+            raise ValueError(f"a span must be consecutive pieces starting at token {self.fed}, got {pieces}")
+        if self.config.protect_prompt and self.fed == 0:
+            raise ValueError("a protected prompt is one forward of its own, not part of a layer-major span")
+        num_layers = len(self.layers)
+        self.span = Span(list(pieces), self.step, self.events, [0] * num_layers, [self._has_padding] * num_layers,
+                         detach)
+
+    def enter_piece(self, layer_idx: int, piece: int, key_states, value_states):
+        """Layer-major: append piece ``piece`` of the span to layer ``layer_idx`` as that piece's piecewise forward
+        would (its positions, step and event number); returns the layer's keys and values."""
+        span = self.span
+        s, e = span.bounds()[piece]
+        self._step_pos, self._step_valid = span.positions[:, s:e], span.valid[:, s:e]
+        self.step, self.events = span.step + piece, span.event + span.fired[layer_idx]
+        span.padded[layer_idx] = span.padded[layer_idx] or span.piece_padded[piece]
+        self._has_padding = span.padded[layer_idx]
+        keys, values = self.layers[layer_idx].append(key_states, value_states, self._step_pos, self._step_valid)
+        self.peak_entries[layer_idx] = max(self.peak_entries[layer_idx], keys.shape[2])
+        return keys, values
+
+    def leave_piece(self, layer_idx: int) -> None:
+        """Layer-major: the layer's piece is over; evict the layer when it holds ``target + W`` entries."""
+        span, layer = self.span, self.layers[layer_idx]
+        n = layer.get_seq_length()
+        protected = min(self.interval or 0, n - 1)
+        if self._due(n) and self._evicts(n, self.target, protected):
+            self._evict_layer(layer_idx, self.target, protected)
+            span.fired[layer_idx] += 1
+            if layer_idx == 0:
+                self._count_evicted(n, self.target)
+            if span.padded[layer_idx]:
+                span.padded[layer_idx] = not bool(layer.valid.all())
+        if span.detach:
+            layer.detach_()
+
+    def _end_span(self) -> None:
+        """The span's forward is over: the counters stand where piecewise replay of its pieces leaves them."""
+        span, self.span = self.span, None
+        self.fed += span.length
+        self.step = span.step + len(span.pieces)
+        self.events = span.event + span.fired[0]
+        self._has_padding = span.padded[0]
+        self._shared_mask = None
+        if span.fired[0]:
+            self.policy.end_event()
 
     def _choose(self, layer_idx: int, layer: BudgetedLayer, n: int, n_cand: int, n_keep: int) -> torch.Tensor:
         """Indices (batch, Hkv, n_keep + newest) of the entries ``layer`` keeps, in cache order."""
@@ -228,6 +313,8 @@ class BudgetedCache(Cache):
 
     # -- called by transformers' attention modules ----------------------------------------------------------------
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):
+        if self.span is not None:  # appended piece by piece by the layer's span attention
+            return key_states, value_states
         self.observer.appended(layer_idx, key_states.shape[2])
         return self.layers[layer_idx].append(key_states, value_states, self._step_pos, self._step_valid)
 
@@ -254,7 +341,8 @@ class BudgetedCache(Cache):
     def observe(self, layer_idx: int, query, keys, values, mask: torch.Tensor | None, scaling=None) -> None:
         """Hand the layer's new queries to the policy (:mod:`foresight.observer`: decode steps of policies that
         take all layers at once wait for the next event); ``mask`` is the one :meth:`attention_mask` gave SDPA."""
-        self.observer.observe(layer_idx, query, keys, values, mask, scaling, self._step_pos, self.step)
+        self.observer.observe(layer_idx, query, keys, values, mask, scaling, self._step_pos, self.step,
+                              hold=self.span is None)
 
     def flush_observations(self) -> None:
         """Hand every held decode step to the policy now. Events call it, and so do ``foresight.generate`` and

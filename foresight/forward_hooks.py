@@ -70,7 +70,7 @@ def _before_forward(model, configs, args, kwargs):
                              "build a new BudgetedCache for a new prompt (a used cache only continues the sequence "
                              "it has seen)")
     event = cache.next_event()
-    if event is not None and cache.fed + q > event:
+    if event is not None and cache.fed + q > event and cache.span is None:  # a layer-major span evicts inside
         kwargs = _prefill_in_pieces(model, cache, kwargs, q)
     positions, valid = _step_inputs(cache, kwargs.get("input_ids", kwargs.get("inputs_embeds")), kwargs)
     kwargs["position_ids"] = positions

@@ -2,6 +2,11 @@
 points) and decode token by token, greedy or sampled, batch and left padding included, through
 :func:`foresight.runtime.forward_logits`, the forward replay uses too, so generation and replay of the same tokens
 evict at the same points.
+
+The decode steps read nothing back from the device (no ``.item()``, ``.tolist()``, ``.cpu()`` or branch on a
+tensor's value), so the host queues step after step while the device computes: whether every row has finished is
+read once every :data:`EOS_READ_EVERY` steps (:func:`_all_finished`), the policy may read once per eviction event
+(:meth:`~foresight.policies.base.EvictionPolicy.end_event`), and the tokens are read once at the end.
 """
 
 from __future__ import annotations
@@ -16,6 +21,11 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 from foresight.cache import BudgetedCache
 from foresight.policies import EvictionPolicy
 from foresight.runtime import check_token_ids, forward_logits, resolve_policy
+
+#: Decode steps between two reads of whether every row has finished (with ``stop_on_eos``): the decode loop's one
+#: read, so the device runs ahead in between. Rows that finished are fed padding, and the steps decoded after the
+#: last row finished are cut from the result, which is therefore the same as reading after every step.
+EOS_READ_EVERY = 16
 
 
 @dataclass
@@ -165,13 +175,25 @@ def generate(
         if eos_t is not None:
             finished |= torch.isin(token, eos_t)
         bar.update(1)
-        if step == max_new_tokens - 1 or bool(finished.all()):
+        if step == max_new_tokens - 1 or (
+                eos_t is not None and (step + 1) % EOS_READ_EVERY == 0 and _all_finished(finished)):
             break
         attn = torch.cat([attn, ones], dim=-1)
         logits = forward_logits(model, cache, token[:, None], next_pos[:, None], attn)
         next_pos = next_pos + 1
     bar.close()
+    return _result(tokenizer, policy, cache, out, plen, eos, prompt_lengths)
 
+
+def _all_finished(finished: torch.Tensor) -> bool:
+    """Whether every row has finished: the decode loop's one read from the device, every :data:`EOS_READ_EVERY`
+    steps."""
+    return bool(finished.all())
+
+
+def _result(tokenizer, policy, cache, out: torch.Tensor, plen: int, eos: set[int],
+            prompt_lengths: list[int]) -> GenerationResult:
+    """Read the generated tokens once, cut the steps decoded after the last row finished, and close the cache."""
     token_ids = []
     for row in out[:, plen:].tolist():
         ids = []
@@ -180,6 +202,8 @@ def generate(
             if t in eos:
                 break
         token_ids.append(ids)
+    if token_ids and all(ids and ids[-1] in eos for ids in token_ids):  # every row stopped: as if read every step
+        out = out[:, : plen + max(len(ids) for ids in token_ids)]
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in token_ids]
     cache.flush_observations()  # the policy's state covers every step (decode steps wait for the next event)
     stats = {**cache.stats(), "policy": policy.name}

@@ -43,11 +43,13 @@ class Observer:
     def appended(self, layer_idx: int, count: int) -> None:
         self._appended[layer_idx] += count
 
-    def observe(self, layer_idx: int, query, keys, values, mask, scaling, positions, step: int) -> None:
-        """One layer's new queries (``positions`` (b, q)); held when it is a decode step the policy takes at once."""
+    def observe(self, layer_idx: int, query, keys, values, mask, scaling, positions, step: int,
+                hold: bool = True) -> None:
+        """One layer's new queries (``positions`` (b, q)); held when it is a decode step the policy takes at once
+        (and ``hold``: a layer-major span observes each piece at once)."""
         if not getattr(self.policy, "observes", False):
             return
-        if self._holdable(layer_idx, query, mask, scaling):
+        if hold and self._holdable(layer_idx, query, mask, scaling):
             self._step_rows[layer_idx] = query  # a fresh tensor of this forward, never written again
             self._scaling = scaling
             return

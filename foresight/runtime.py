@@ -6,7 +6,9 @@ tokens. :func:`forward_logits` is the one forward both callers use:
 
 * :func:`replay` (here) feeds a fixed sequence in the pieces of :func:`~foresight.schedule.replay_schedule` (at
   most ``W`` tokens, never straddling an event; :data:`FULL_PIECE` tokens for a policy that neither evicts nor
-  observes) and records per-token cross-entropy and entropy. With ``chunk=1`` it is token-by-token decoding;
+  observes) and records per-token cross-entropy and entropy. With ``chunk=1`` it is token-by-token decoding. A
+  per-layer policy's pieces are fed layer-major, up to :data:`FULL_PIECE` tokens of them in one forward
+  (:mod:`foresight.layer_major`: the same result at nearly the cost of one forward);
 * :func:`foresight.generation.generate` prefills a prompt in one call (the cache cuts it at the event points)
   and decodes token by token; generation and replay of the same tokens evict at the same points.
 """
@@ -23,6 +25,7 @@ from tqdm.auto import tqdm
 
 from foresight.cache import BudgetedCache
 from foresight.errors import ForesightError
+from foresight.layer_major import ENGINES, layer_major_reason, note_piecewise, spans
 from foresight.models import SUPPORTED_MODEL_TYPES, UnsupportedModelError, check_supported, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, replay_schedule
@@ -72,13 +75,15 @@ class ReplayResult:
     """Per-token cross-entropy and next-token entropy from :func:`replay`.
 
     ``ce[b, i]`` is ``-log p(x[i+1] | x[:i+1])`` under the evicted cache (NaN past a row's length);
-    ``entropy[b, i]`` the entropy of that next-token distribution. Both (batch, N-1), fp32, on CPU.
+    ``entropy[b, i]`` the entropy of that next-token distribution. Both (batch, N-1), fp32, on CPU. ``engine``:
+    how the pieces were fed (``layer-major`` or ``piecewise``).
     """
 
     ce: torch.Tensor
     entropy: torch.Tensor
     lengths: list[int]
     stats: dict = field(default_factory=dict)
+    engine: str = "piecewise"
 
 
 LogitsHook = Callable[[int, int, torch.Tensor], None]
@@ -114,6 +119,7 @@ def replay(
     pad_token_id: int = 0,
     grad: bool = False,
     truncate_backprop: bool = False,
+    engine: str = "auto",
     **meta,
 ) -> ReplayResult:
     """Teacher-forced replay of fixed token sequences under an eviction policy.
@@ -138,10 +144,15 @@ def replay(
         (``foresight train adapt``). ``ce``/``entropy`` are detached.
     truncate_backprop
         With ``grad``: detach the cached keys/values after every piece, so gradients flow within a piece only.
+    engine
+        ``auto`` (default): layer-major (:mod:`foresight.layer_major`) for a policy that declares ``per_layer``,
+        else piecewise with the reason printed once; ``layer-major`` or ``piecewise`` to choose (the same results
+        up to float rounding; ``layer-major`` refuses a policy that is not per-layer).
     meta
         Passed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
     policy = resolve_policy(policy, **(policy_kwargs or {}))
+    layer_major = _layer_major(policy, engine)
     device = model.device
     if isinstance(sequences, torch.Tensor):
         ids = sequences.to(device)
@@ -162,13 +173,22 @@ def replay(
     if chunk is None and not policy.evicts and not policy.observes:
         chunk = FULL_PIECE
     pieces = cache.pieces(n, chunk)
+    groups = spans(pieces, FULL_PIECE) if layer_major else [[p] for p in pieces]
+    layer_major = layer_major and any(len(g) > 1 for g in groups)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
     with _autograd(grad):
-        for start, end, _ in tqdm(pieces, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
-            logits = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end])
+        for group in tqdm(groups, desc=f"replay[{policy.name}]", disable=not progress, leave=False):
+            start, end = group[0][0], group[-1][1]
+            if len(group) > 1:
+                cache.feed_span(group, detach=truncate_backprop)
+            try:
+                logits = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end])
+            finally:
+                cache.span = None
             logits = logits if logits.dtype == torch.float64 else logits.float()  # fp32, fp64 models keep fp64
             if on_logits is not None:
-                on_logits(start, end, logits)
+                for a, b, _ in group:
+                    on_logits(a, b, logits[:, a - start : b - start])
             if truncate_backprop:
                 cache.detach_()
             _record_ce(ce, ent, ids, logits.detach(), start, min(end, n - 1))
@@ -177,7 +197,21 @@ def replay(
         ent[b, max(length - 1, 0) :] = float("nan")
     cache.flush_observations()  # the policy's state covers every step (decode steps wait for the next event)
     stats = {**cache.stats(), "policy": policy.name}
-    return ReplayResult(ce, ent, lengths, stats)
+    return ReplayResult(ce, ent, lengths, stats, "layer-major" if layer_major else "piecewise")
+
+
+def _layer_major(policy: EvictionPolicy, engine: str) -> bool:
+    """Whether :func:`replay` feeds ``policy``'s pieces layer-major (``engine`` in :data:`ENGINES`)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "piecewise" or (not policy.evicts and not policy.observes):  # full: one piece per forward anyway
+        return False
+    reason = layer_major_reason(policy)
+    if reason is not None:
+        if engine == "layer-major":
+            raise ValueError(f"engine='layer-major': {reason}")
+        note_piecewise(reason)
+    return reason is None
 
 
 def _record_ce(ce: torch.Tensor, ent: torch.Tensor, ids: torch.Tensor, logits: torch.Tensor, start: int,

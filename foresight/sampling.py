@@ -31,11 +31,22 @@ drawn and leave every denominator); ``order`` (..., k) holds indices into the la
 
 from __future__ import annotations
 
+import hashlib
 from typing import NamedTuple
 
 import torch
 
 NEG_INF = float("-inf")
+
+
+def layer_generators(seed: int, num_layers: int, stream: str = "") -> list[torch.Generator]:
+    """One CPU generator per layer, each seeded by ``(seed, stream, layer)`` alone (SHA-256), so a layer's draws
+    do not depend on the order in which layers draw: piecewise replay draws event by event across layers,
+    layer-major replay (:mod:`foresight.layer_major`) layer by layer, and both make the same draws."""
+    def seeded(layer: int) -> torch.Generator:
+        key = hashlib.sha256(f"{seed}\x00{stream}\x00layer {layer}".encode()).hexdigest()
+        return torch.Generator().manual_seed(int(key[:15], 16))
+    return [seeded(layer) for layer in range(num_layers)]
 
 
 def _gumbel_keys(s: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -109,23 +120,26 @@ def spread_keep(scores: torch.Tensor, num_keep: int, spread: float) -> torch.Ten
     scores the newer, as :func:`top_keep`) and adding ``spread`` to the scores of its two neighbours in the cache,
     so that near-tied neighbours are not evicted together (the redundancy argument of R-KV,
     https://arxiv.org/abs/2505.24133: a span evicted whole loses what one kept member of it would carry). Entries
-    with -inf (padding) are evicted first without raising their neighbours; ``spread=0`` keeps what
-    :func:`top_keep` keeps."""
-    s = scores.float().clone()
-    c = s.shape[-1]
-    evicted = torch.zeros_like(s, dtype=torch.bool)
-    flat_s, flat_e = s.reshape(-1, c), evicted.reshape(-1, c)
-    rows = torch.arange(flat_s.shape[0], device=s.device)
+    with -inf (padding) are evicted first without raising their neighbours, +inf (protected) last; ``spread=0``
+    keeps what :func:`top_keep` keeps.
+
+    The greedy loop runs on the scores reversed (so ``argmin``'s first hit among ties is the newest) between two
+    sentinel columns (so both neighbours always exist), protected entries held at the largest finite float and
+    evicted ones at +inf: five tensor operations per evicted entry, none reading a value back."""
+    c = scores.shape[-1]
+    big = torch.finfo(torch.float32).max
+    s = scores.float().reshape(-1, c).flip(-1).clamp(max=big)  # protected: +inf -> big, below the evicted mark
+    r = torch.nn.functional.pad(s, (1, 1), value=float("inf"))  # (R, c + 2): sentinels at 0 and c + 1
+    gain = torch.where(r.abs() < big, spread, 0.0)  # what evicting an entry adds to its neighbours: 0 if not finite
+    live = r[:, 1 : c + 1]
+    offsets = torch.tensor([[1, 0, 2]], device=r.device)  # the entry's padded column, then its two neighbours'
     for _ in range(c - num_keep):
-        live = flat_s.masked_fill(flat_e, float("inf"))
-        j = c - 1 - live.flip(-1).argmin(-1)  # the lowest; among ties the newest
-        gained = spread * torch.isfinite(flat_s[rows, j]).to(s.dtype)
-        flat_e[rows, j] = True
-        for nb in (j - 1, j + 1):
-            ok = (nb >= 0) & (nb < c)
-            nbc = nb.clamp(0, c - 1)
-            flat_s[rows, nbc] += torch.where(ok, gained, torch.zeros_like(gained))
-    return (~evicted).float().topk(num_keep, dim=-1, sorted=False).indices.sort(-1).values
+        cols = live.argmin(-1, keepdim=True) + offsets  # the lowest live entry (the newest of ties) and neighbours
+        gained = gain.gather(-1, cols[:, :1])
+        r.scatter_(-1, cols[:, :1], float("inf"))
+        r.scatter_add_(-1, cols[:, 1:], gained.expand(-1, 2))
+    kept = (live != float("inf")).flip(-1).reshape(scores.shape)
+    return kept.byte().argsort(dim=-1, descending=True, stable=True)[..., :num_keep]  # the kept, ascending
 
 
 def kept_indices(order: torch.Tensor, num_candidates: int, num_keep: int) -> torch.Tensor:
@@ -177,5 +191,5 @@ def step_log_probs(logits: torch.Tensor, order: torch.Tensor, mask: torch.Tensor
     return torch.stack(out, dim=-1) if out else s.new_zeros((*s.shape[:-1], 0))
 
 
-__all__ = ["EvictionDraw", "eviction_logits", "gumbel_topk", "kept_indices", "log_prob", "sample_eviction",
-           "spread_keep", "step_log_probs", "top_keep"]
+__all__ = ["EvictionDraw", "eviction_logits", "gumbel_topk", "kept_indices", "layer_generators", "log_prob",
+           "sample_eviction", "spread_keep", "step_log_probs", "top_keep"]

@@ -92,6 +92,7 @@ class BlockAttentionObserver(EvictionPolicy):
     name: ClassVar[str] = "block_attention"
     observes: ClassVar[bool] = True
     evicts: ClassVar[bool] = False
+    per_layer: ClassVar[bool] = True
     block_of: torch.Tensor = None
     num_blocks: int = 0
     measure: str = "attention"

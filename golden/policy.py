@@ -36,6 +36,7 @@ class GoldenPolicy(EvictionPolicy):
 
     name = "golden"
     replay_only = True
+    per_layer = True
     labels: Any = None
     _by_id: dict = field(default_factory=dict, init=False, repr=False)
     _digest: str | None = field(default=None, init=False, repr=False)

@@ -1,4 +1,4 @@
-"""benchmarks/bench_replay.py: the full-cache replay in W-token pieces against FULL_PIECE pieces."""
+"""benchmarks/bench_replay.py: evicting replay, layer-major and piecewise, against the one-piece full replay."""
 
 from __future__ import annotations
 
@@ -10,17 +10,33 @@ from foresight.errors import ForesightError
 from tests.conftest import get_model, load_script
 
 
-def test_both_sides_agree_on_a_tiny_model(tmp_path):
+def test_both_engines_agree_on_a_tiny_model(tmp_path, capsys):
     model, tok = get_model("tiny-llama")
     model.save_pretrained(tmp_path / "model")
     tok.save_pretrained(tmp_path / "model")
     out = tmp_path / "bench.json"
     assert load_script("bench_replay.py").main(
-        ["--model", str(tmp_path / "model"), "--length", "40", "--limit", "2", "--interval", "8", "--repeats", "1",
-         "--json", str(out)]) == 0
+        ["--model", str(tmp_path / "model"), "--length", "60", "--limit", "2", "--policies", "h2o,tova", "--budget",
+         "16", "--interval", "4", "--repeats", "1", "--json", str(out)]) == 0
     got = json.loads(out.read_text())
-    assert (got["sequences"], got["tokens"], got["interval"], got["length"]) == (2, 80, 8, 40)
-    assert got["max_ce_difference"] < 1e-4 and got["ratio"] > 0
+    assert (got["sequences"], got["tokens"], got["budget"], got["interval"], got["length"]) == (2, 120, 16, 4, 60)
+    assert set(got["seconds"]) == {"full (one piece)", "h2o layer-major", "h2o piecewise", "tova layer-major",
+                                   "tova piecewise"}
+    assert got["ratio_to_full"]["full (one piece)"] == 1.0
+    for name in ("h2o", "tova"):
+        agree = got["agreement"][name]
+        assert agree["max_ce_difference"] < 1e-4 and agree["same_stats"]
+        assert agree["engines"] == ["layer-major", "piecewise"]
+    printed = capsys.readouterr().out
+    assert "h2o layer-major" in printed and "cache statistics identical" in printed
+
+
+def test_bad_policies_fail_before_the_model_loads(tmp_path):
+    mod = load_script("bench_replay.py")
+    with pytest.raises(ForesightError, match="--policies full: it never evicts"):
+        mod.main(["--model", str(tmp_path / "no-model"), "--policies", "full"])
+    with pytest.raises(ForesightError, match="--policies paged"):
+        mod.main(["--model", str(tmp_path / "no-model"), "--policies", "paged", "--interval", "6", "--budget", "16"])
 
 
 def test_missing_traces_fail_before_the_model_loads(tmp_path):
@@ -44,13 +60,14 @@ def test_length_cuts_the_traces_and_is_recorded(tmp_path, capsys):
     shortest = min(n for _, n in lengths)
     assert shortest > 20
     mod = load_script("bench_replay.py")
-    base = ["--model", str(tmp_path / "model"), "--traces", str(traces), "--interval", "8", "--repeats", "1"]
+    base = ["--model", str(tmp_path / "model"), "--traces", str(traces), "--budget", "16", "--interval", "4",
+            "--policies", "h2o", "--repeats", "1"]
     out = tmp_path / "cut.json"
     assert mod.main([*base, "--length", "20", "--json", str(out)]) == 0
     got = json.loads(out.read_text())
     assert (got["sequences"], got["length"], got["tokens"], got["traces"]) == (2, 20, 40, str(traces))
     assert "(20 tokens each)" in capsys.readouterr().out
-    assert got["max_ce_difference"] < 1e-4
+    assert got["agreement"]["h2o"]["max_ce_difference"] < 1e-4
     whole = tmp_path / "whole.json"
     assert mod.main([*base, "--json", str(whole)]) == 0
     got = json.loads(whole.read_text())

@@ -274,7 +274,7 @@ def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
     from foresight.features import FEATURE_GROUPS, FeatureExtractor
     from foresight.policies import make_policy
     from foresight.runtime import replay
-    from training.onpolicy import collect_onpolicy_events, draw_generator
+    from training.onpolicy import collect_onpolicy_events, draw_generators
 
     model, labels, ids, seqs, scorer, cols = _three_traces(data, runs)
 
@@ -299,7 +299,7 @@ def test_sampled_rounds_follow_the_learned_policys_sampled_draw(data, runs):
 
             def reset_on_the_rounds_generator(*a, reset=reset, learned=learned, tid=tid, **k):
                 reset(*a, **k)
-                learned._gen = draw_generator(0, 1, tid)
+                learned._gens = draw_generators(0, 1, tid, model.config.num_hidden_layers)
 
             learned.reset = reset_on_the_rounds_generator
             replay(model, [seq], learned, B, W)

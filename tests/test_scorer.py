@@ -628,6 +628,8 @@ def test_spread_keep_equals_a_naive_greedy_and_top_keep_at_zero():
         x = (torch.randint(0, 5, (2, 3, c), generator=g).float() / 10)  # many ties
         if trial % 3 == 0:
             x[0, 1, 0] = float("-inf")  # padding
+        if trial % 4 == 1:
+            x[1, 2, : c // 2] = float("inf")  # protected (sinks): evicted last, newest first, when k needs them
         for spread in (0.0, 0.15, 0.5):
             got = spread_keep(x, k, spread)
             for b in range(2):

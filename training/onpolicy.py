@@ -45,10 +45,11 @@ def expert_events(seed: int, round_idx: int, trace_id: str, num_events: int, bet
     return torch.rand(num_events, generator=trace_generator(seed, round_idx, trace_id)) < beta
 
 
-def draw_generator(seed: int, round_idx: int, trace_id: str) -> torch.Generator:
-    """The generator of the scorer's sampled evictions in one trace's replay of round ``round_idx`` (a stream of its
+def draw_generators(seed: int, round_idx: int, trace_id: str, num_layers: int) -> list[torch.Generator]:
+    """The generators of the scorer's sampled evictions in one trace's replay of round ``round_idx``, one per layer
+    (so layer-major and piecewise replay draw alike, :func:`foresight.sampling.layer_generators`; a stream of their
     own: the expert coins are the same with and without sampling)."""
-    return trace_generator(seed, round_idx, trace_id, "\x00draw")
+    return [trace_generator(seed, round_idx, trace_id, f"\x00draw\x00{layer}") for layer in range(num_layers)]
 
 
 def oracle_keep_scores(alpha: torch.Tensor) -> torch.Tensor:
@@ -73,12 +74,14 @@ class MixturePolicy(EvictionPolicy):
     the same scorer, built here, ranks and keeps for it): with ``temperature`` 0 its ``selection=topk`` with the
     defaults the scorer records (newcomer bonus, age prior, spread: none for a freshly distilled scorer, so plain
     top-k), with ``temperature`` > 0 a Plackett–Luce draw of the evicted set at that temperature from each trace's own
-    :func:`draw_generator` (``seed``, ``round_idx``). ``on_row(b, view, features, alpha, evicted)`` receives each
-    row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict set for this cache (Hkv, C).
+    :func:`draw_generators` (``seed``, ``round_idx``, one per layer). ``on_row(b, view, features, alpha, evicted)``
+    receives each row's candidates before eviction: features (Hkv, C, D), the oracle's α and its evict set for this
+    cache (Hkv, C).
     """
 
     name: ClassVar[str] = "dagger_mixture"
     observes: ClassVar[bool] = True
+    per_layer: ClassVar[bool] = True
     extractor: Any = None
     scorer: Any = None
     columns: torch.Tensor | None = None
@@ -101,7 +104,8 @@ class MixturePolicy(EvictionPolicy):
             raise ForesightError("the DAgger mixture policy needs trace_ids=[...] (one per row) to find α")
         self._rows = [self.labels[t] for t in trace_ids]
         self._expert = [self.expert[t] for t in trace_ids]
-        self._gens = [draw_generator(self.seed, self.round_idx, t) for t in trace_ids] if self.temperature else []
+        self._gens = [draw_generators(self.seed, self.round_idx, t, num_layers) for t in trace_ids] \
+            if self.temperature else []
         self._acted: list[int] = []  # rows whose scorer acts at the current (event, layer)
         if self.scorer is not None:
             if fingerprint is not None:
@@ -146,7 +150,8 @@ class MixturePolicy(EvictionPolicy):
         c = scores.shape[-1]
         if self.temperature:
             for b in self._acted:  # the learned policy's selection=sample, on this trace's own generator
-                order = sample_eviction(scores[b], c - num_keep, self.temperature, self._gens[b]).order
+                order = sample_eviction(scores[b], c - num_keep, self.temperature,
+                                        self._gens[b][view.layer_idx]).order
                 keep[b] = kept_indices(order, c, num_keep)
         elif self._acted and self._actor.topk_spread:  # the learned policy's top-k with its spread
             acted = torch.tensor(self._acted, device=keep.device)

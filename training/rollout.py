@@ -55,7 +55,7 @@ class RolloutPolicy(LearnedPolicy):
     def select(self, scores, num_keep, view):
         if bool((scores == float("-inf")).any()):
             raise ForesightError("GRPO rollouts replay unpadded traces; got padding candidates (-inf scores)")
-        d = self.draw(scores, num_keep)
+        d = self.draw(scores, num_keep, view.layer_idx)
         if int(d.drawable.sum(-1).min()) < d.order.shape[-1]:
             raise ForesightError(f"event {view.event}: fewer drawable candidates than the {d.order.shape[-1]} to "
                                  "evict (protected prompt or sinks fill the cache); GRPO needs a proper draw")

@@ -12,6 +12,11 @@ A policy is a dataclass (its fields are its validated hyperparameters) with up t
   aligned with the cache. :class:`EntryState` does that bookkeeping for the common case.
 
 The runtime owns the mechanics (candidates, protected newest window, sinks, padding, top-k); policies only rank.
+
+A policy that sets ``per_layer = True`` promises that what it decides at layer ``l`` depends on layer ``l``'s
+observations and its own per-layer state alone (no generator or statistic shared across layers): replay may then
+call its hooks layer by layer over many pieces (layer-major replay, :mod:`foresight.layer_major`) instead of
+piece by piece over every layer, and gets the same result. Policies that do not say so are replayed piecewise.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class EvictionPolicy:
     observes_layers: ClassVar[bool] = False  # takes decode steps through observe_layers (all layers at once)
     evicts: ClassVar[bool] = True
     replay_only: ClassVar[bool] = False
+    per_layer: ClassVar[bool] = False  # decides each layer from that layer alone (module docstring)
 
     def reset(self, batch_size: int, num_layers: int, device: torch.device, **meta) -> None:
         """Start a new batch of sequences; ``meta`` carries optional per-row context (e.g. trace ids)."""
@@ -63,6 +69,11 @@ class EvictionPolicy:
 
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """The layer now holds entries ``keep`` (batch, Hkv, k) of its previous content, in that order."""
+
+    def end_event(self) -> None:
+        """Every layer has been evicted at an event (after a layer-major span: at all of the span's events). The one
+        place where a policy may read device values back (checks, statistics): the other hooks run inside decode
+        steps and evictions, which never wait for the device (:mod:`foresight.generation`)."""
 
     def config(self) -> dict:
         """Hyperparameters as a plain dict (recorded with results)."""

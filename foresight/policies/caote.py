@@ -52,6 +52,10 @@ class CAOTEPolicy(EvictionPolicy):
                 f"{getattr(self.inner, 'name', self.inner)!r}"
             )
 
+    @property
+    def per_layer(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner, "per_layer", False))
+
     def config(self) -> dict:
         return {"inner": self.inner.name, "inner_kwargs": self.inner.config()}
 
@@ -82,3 +86,6 @@ class CAOTEPolicy(EvictionPolicy):
     def on_evict(self, layer_idx, keep):
         self.inner.on_evict(layer_idx, keep)
         self._out[layer_idx] = None
+
+    def end_event(self):
+        self.inner.end_event()

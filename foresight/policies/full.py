@@ -14,6 +14,7 @@ class FullPolicy(EvictionPolicy):
     """Keep every entry; the budget is ignored."""
 
     name = "full"
+    per_layer = True
     evicts = False
 
     def score(self, view):  # pragma: no cover - never called

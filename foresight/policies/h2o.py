@@ -36,6 +36,7 @@ class H2OPolicy(EvictionPolicy):
     """
 
     name = "h2o"
+    per_layer = True
     observes = True
     observes_layers = True
     attention_score = True  # nonnegative attention mass: usable inside ``caote``

@@ -25,6 +25,7 @@ class KeyDiffPolicy(EvictionPolicy):
     """
 
     name = "keydiff"
+    per_layer = True
 
     def score(self, view):
         keys = F.normalize(view.keys.float(), dim=-1)  # (b, Hkv, n, d)

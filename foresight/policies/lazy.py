@@ -83,6 +83,7 @@ class LazyEvictionPolicy(EvictionPolicy):
     """
 
     name = "lazy"
+    per_layer = True
     observes = True
     observes_layers = True
     alpha: float = 1e-4

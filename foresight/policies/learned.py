@@ -16,7 +16,7 @@ from foresight.errors import ForesightError
 from foresight.feature_groups import log_age
 from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
-from foresight.sampling import EvictionDraw, kept_indices, sample_eviction, spread_keep
+from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
 from foresight.scorer import SELECTIONS, Scorer
 from foresight.views import EvictView, LayersView, StepView
 
@@ -39,7 +39,8 @@ class LearnedPolicy(EvictionPolicy):
         Temperature of ``sample``; default: the one the scorer was trained with (``temperature`` in its
         config, recorded by GRPO), else 1.0.
     seed
-        Seed of the sampling generator, re-applied at every reset.
+        Seed of the sampling generators, one per layer (:func:`~foresight.sampling.layer_generators`), re-applied
+        at every reset.
     newcomer_bonus
         Added to the scores of the candidates that were the protected newest ``W`` at the previous event (the
         entries judged for the first time, on the least evidence), under either selection; 0 leaves the scores as
@@ -67,6 +68,7 @@ class LearnedPolicy(EvictionPolicy):
     name: ClassVar[str] = "learned"
     observes: ClassVar[bool] = True
     observes_layers: ClassVar[bool] = True
+    per_layer: ClassVar[bool] = True
     scorer: Any = None
     selection: str | None = None
     temperature: float | None = None
@@ -77,7 +79,8 @@ class LearnedPolicy(EvictionPolicy):
     any_budget: bool = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
-    _gen: Any = field(default=None, init=False, repr=False)
+    _gens: Any = field(default=None, init=False, repr=False)
+    _finite: list = field(default_factory=list, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -187,7 +190,8 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer.check_shape(num_layers, num_groups=num_groups)
         self._scorer.to(device)
         self._extractor.reset(num_layers, num_groups)
-        self._gen = torch.Generator().manual_seed(self.seed)
+        self._gens = layer_generators(self.seed, num_layers)
+        self._finite = []  # (event, layer, all scores finite) of the current event, read at its end
 
     def observe(self, view: StepView) -> None:
         self._extractor.observe(view)
@@ -204,12 +208,7 @@ class LearnedPolicy(EvictionPolicy):
             self.on_features(view, feats)
         scores = self._scorer(feats, layer_idx=view.layer_idx)
         live = view.valid[..., : view.num_candidates]
-        if not bool(torch.isfinite(scores).masked_fill(~live, True).all()):
-            raise ForesightError(
-                f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {view.event}, "
-                f"layer {view.layer_idx}; ranking them would evict arbitrary entries (check its weights and "
-                "feature_mean/feature_std, or retrain it)"
-            )
+        self._finite.append((view.event, view.layer_idx, torch.isfinite(scores).masked_fill(~live, True).all()))
         return self.adjust(view, scores)
 
     def adjust(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
@@ -226,9 +225,10 @@ class LearnedPolicy(EvictionPolicy):
             scores = scores - prior * log_age(view.positions, scores.shape[-1])
         return scores
 
-    def draw(self, scores: torch.Tensor, num_keep: int) -> EvictionDraw:
-        """The sampled eviction of ``selection=sample`` (and of GRPO's rollout policy, which subclasses this)."""
-        return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gen)
+    def draw(self, scores: torch.Tensor, num_keep: int, layer_idx: int) -> EvictionDraw:
+        """The sampled eviction of ``selection=sample`` at layer ``layer_idx``, from that layer's generator (and of
+        GRPO's rollout policy, which subclasses this)."""
+        return sample_eviction(scores, scores.shape[-1] - num_keep, self.sampling_temperature, self._gens[layer_idx])
 
     def keep_topk(self, scores, num_keep, view):
         """``selection=topk``'s kept indices: the highest scores, with this policy's spread when it has one."""
@@ -238,7 +238,19 @@ class LearnedPolicy(EvictionPolicy):
     def select(self, scores, num_keep, view):
         if self.applied_selection == "topk":
             return self.keep_topk(scores, num_keep, view)
-        return kept_indices(self.draw(scores, num_keep).order, scores.shape[-1], num_keep)
+        return kept_indices(self.draw(scores, num_keep, view.layer_idx).order, scores.shape[-1], num_keep)
 
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)
+
+    def end_event(self):
+        """Refuse NaN/Inf scores of the event's layers (one read per event, see :meth:`score`)."""
+        checks, self._finite = self._finite, []
+        if not checks:
+            return
+        for (event, layer, _), ok in zip(checks, torch.stack([c for *_, c in checks]).tolist()):
+            if not ok:
+                raise ForesightError(
+                    f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {event}, layer "
+                    f"{layer}; ranking them would evict arbitrary entries (check its weights and "
+                    "feature_mean/feature_std, or retrain it)")

@@ -36,6 +36,7 @@ class PagedEvictionPolicy(EvictionPolicy):
     """
 
     name = "paged"
+    per_layer = True
     block_size: int = 16
 
     def __post_init__(self):

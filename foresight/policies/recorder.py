@@ -48,6 +48,10 @@ class FeatureRecorder(EvictionPolicy):
     def replay_only(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.driver, "replay_only", False))
 
+    @property
+    def per_layer(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.driver, "per_layer", False))  # the extractor keeps per-layer state only
+
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, **meta):
         self.extractor.reset(num_layers, num_groups)
         self.driver.reset(batch_size, num_layers, device, num_groups=num_groups, **meta)
@@ -69,6 +73,9 @@ class FeatureRecorder(EvictionPolicy):
     def on_evict(self, layer_idx, keep):
         self.extractor.on_evict(layer_idx, keep)
         self.driver.on_evict(layer_idx, keep)
+
+    def end_event(self):
+        self.driver.end_event()
 
     def config(self) -> dict:
         return {"driver": getattr(self.driver, "name", "?")}

@@ -42,6 +42,7 @@ class RKVPolicy(EvictionPolicy):
     """
 
     name = "rkv"
+    per_layer = True
     observes = True
     lam: float = 0.1
     window: int = 8

@@ -41,6 +41,7 @@ class SnapKVPolicy(EvictionPolicy):
     """
 
     name = "snapkv"
+    per_layer = True
     observes = True
     attention_score = True
     window: int = 32

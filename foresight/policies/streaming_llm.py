@@ -24,6 +24,7 @@ class StreamingLLMPolicy(EvictionPolicy):
     """
 
     name = "streaming_llm"
+    per_layer = True
     sinks: int = 4
 
     def __post_init__(self):

@@ -25,6 +25,7 @@ class TOVAPolicy(EvictionPolicy):
     """
 
     name = "tova"
+    per_layer = True
     observes = True
     attention_score = True
 
