@@ -84,7 +84,7 @@ def test_learned_evicts_alike_in_both_engines(tiny, selection):
     do not depend on whether layers take turns per event (piecewise) or per span (layer-major)."""
     model, _ = tiny
     sc = _scorer(model)
-    args = dict(spread=0.05, score_momentum=0.5) if selection == "topk" else dict(temperature=0.7, seed=3)
+    args = dict(spread=0.05, age_prior=0.05) if selection == "topk" else dict(temperature=0.7, seed=3)
     out = _both(model, lambda: make_policy("learned", scorer=sc, selection=selection, any_budget=True, **args),
                 _seqs())
     _assert_same(out)
