@@ -218,7 +218,7 @@ CASES = [
     ("aime-negative-limit", lambda p: _aime(p, "--limit", "-3"), "--limit"),
     ("aime-damaged-settings", lambda p: _aime(p), "settings.json"),
     ("aime-scorer-twice", lambda p: _aime(p, "--policy", "learned", "--budget", "16", "--interval", "4", "--scorer",
-                                          str(p["scorer"]), "--policy-arg", f"scorer={p['scorer']}"), "learned.scorer"),
+                                          str(p["scorer"]), "--policy-arg", f"scorer={p['scorer']}"), "--policy-arg scorer="),
     # demo, bench, export
     ("demo-zero-problems", lambda p: ["demo", "--fast", "--problems", "0", "--out", str(p["out"])], "--problems"),
     ("bench-empty-prompt", lambda p: ["bench", *TINY, "--budget", "16", "--interval", "4", "--prompt", ""],
