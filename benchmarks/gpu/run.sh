@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Issue 68's decode table on one GPU (about 8 minutes on an H200): foresight full/h2o/learned, model.generate with a
+# BudgetedCache, with its dynamic cache and with its static cache compiled, on random-weight models of SmolLM2-135M's
+# and Qwen3-4B's shapes. `bash benchmarks/gpu/run.sh --dry-run` checks it on the CPU with a tiny model.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY="${PY:-.venv/bin/python}"
+exec timeout 480 "$PY" benchmarks/gpu/bench_decode.py "$@"
