@@ -9,13 +9,14 @@ environment's Python (the working directory comes first on ``sys.path`` under ``
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from foresight.errors import OneLineParser
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ["foresight", "golden", "training", "evaluation"]
@@ -28,7 +29,7 @@ def _time(cwd: Path) -> float:
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ref", required=True, help="the commit to compare with")
     p.add_argument("--runs", type=int, default=5)
     args = p.parse_args()

@@ -410,7 +410,7 @@ def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     other = ["golden", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--out", str(tmp_path / "q"), "--no-progress"]
     assert cli_main([*other, "--budget", "64", "--interval", "16"]) == 2
     err = capsys.readouterr().err
-    assert "made with another model ('tiny-llama'" in err and "'tiny-llama' vs 'tiny-qwen3'" in err
+    assert "made with another model ('tiny-llama'" in err and "model_type: 'llama' vs 'qwen3'" in err
     assert cli_main([*base, "--budget", "16", "--interval", "16"]) == 2
     assert "interval (16) must be smaller than budget" in capsys.readouterr().err
     assert cli_main(["golden", "--model", "tiny-llama", "--traces", str(tmp_path / "none"), "--out", out,

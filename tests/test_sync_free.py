@@ -114,17 +114,17 @@ def test_decode_steps_read_nothing_back(tiny_llama, monkeypatch, name, align):
 
 
 def test_eos_is_read_every_few_steps_and_the_result_is_as_if_read_every_step(tiny_llama, monkeypatch):
-    model, tok = tiny_llama
+    model, tok = tiny_llama  # one padded batch: one decode loop (prompts of two lengths otherwise run as two)
     prompts = ["Hello there", "Hi"]
-    ref = foresight.generate(model, tok, prompts, policy="h2o", budget=B, interval=W, max_new_tokens=60,
+    ref = foresight.generate(model, tok, prompts, policy="h2o", budget=B, interval=W, max_new_tokens=60, align="batch",
                              do_sample=True, temperature=2.0, seed=5)
     monkeypatch.setattr(generation, "EOS_READ_EVERY", 1)
-    every = foresight.generate(model, tok, prompts, policy="h2o", budget=B, interval=W, max_new_tokens=60,
+    every = foresight.generate(model, tok, prompts, policy="h2o", budget=B, interval=W, max_new_tokens=60, align="batch",
                                do_sample=True, temperature=2.0, seed=5)
     monkeypatch.undo()
     assert torch.equal(ref.sequences, every.sequences) and ref.token_ids == every.token_ids
     res, allowed = _generate_without_reads(monkeypatch, model, tok, make_policy("h2o"), prompts, budget=B,
-                                           interval=W, max_new_tokens=60, do_sample=True, temperature=2.0, seed=5)
+                                           interval=W, max_new_tokens=60, align="batch", do_sample=True, temperature=2.0, seed=5)
     assert res.token_ids == ref.token_ids
     assert 0 < allowed["eos"] <= 60 // generation.EOS_READ_EVERY
 
