@@ -12,7 +12,7 @@ to the base's. Writes ``adapt_eval.json`` and ``adapt_eval.md`` under ``--out``.
 The adapter must have been trained by `foresight train adapt` on this model (its ``foresight_adapter.json``); with
 ``learned`` in play, ``--scorer`` must be the very scorer it was trained under (weights SHA-256), unless
 ``--other-scorer`` says a different one is meant (a transfer measurement). ``--adapted-scorer`` evicts the adapted
-side with a scorer trained *for the adapted model* (``foresight train sl adapter=<the adapter>``: DESIGN.md section
+side with a scorer trained *for the adapted model* (``foresight train sl adapter=<the adapter>``: docs/
 4b, the scorer alternated with the adapter), so the comparison is system against system: base model with its
 scorer vs adapted model with its own. That scorer's fingerprint must carry this very adapter.
 """

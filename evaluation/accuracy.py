@@ -1,4 +1,4 @@
-"""Reasoning accuracy under a KV budget (DESIGN.md section 5): generate, extract the last ``\\boxed{}``, grade.
+"""Reasoning accuracy under a KV budget (docs/evaluation.md): generate, extract the last ``\\boxed{}``, grade.
 
 Outputs in ``out_dir``:
 

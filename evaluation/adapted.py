@@ -1,4 +1,4 @@
-"""Base vs adapted fidelity under eviction: what a LoRA adapter trained under a policy buys (DESIGN.md section 4b).
+"""Base vs adapted fidelity under eviction: what a LoRA adapter trained under a policy buys (docs/training.md, adaptation).
 
 One computation for ``foresight train adapt``'s held-out evaluation and ``benchmarks/adapt_eval.py``: replay the
 same traces through the same :class:`peft.PeftModel` once with its adapter disabled (``base``) and once enabled

@@ -1,4 +1,4 @@
-"""Efficiency of budgeted decoding (DESIGN.md section 5): tokens/s and peak KV bytes against the full cache.
+"""Efficiency of budgeted decoding (docs/evaluation.md): tokens/s and peak KV bytes against the full cache.
 
 All policies (and the full cache, always included) generate exactly ``new_tokens`` tokens from the same prompt
 (``stop_on_eos=False``) in one process, side by side: each repeat runs every policy once, in an order rotated

@@ -1,4 +1,4 @@
-"""The adapter half of ``foresight export --adapter DIR`` (DESIGN.md section 4b).
+"""The adapter half of ``foresight export --adapter DIR`` (docs/training.md, adaptation).
 
 The export directory gets ``adapter/``: the adapter in peft's own format (``adapter_config.json`` +
 ``adapter_model.safetensors``, loadable by ``PeftModel.from_pretrained(base, "<out>/adapter")`` and by any job's
@@ -100,7 +100,7 @@ def adapter_card(adapter_dir: Path, out: Path, paired: bool) -> list[str]:
     ident = adapter_identity(adapter_dir)
     where = out / ADAPTER_SUBDIR
     base = (meta.get("base_fingerprint") or {}).get("model") or cfg.get("base_model_name_or_path") or "MODEL"
-    lines = ["## Adapter (eviction-aware LoRA, DESIGN.md section 4b)", ""]
+    lines = ["## Adapter (eviction-aware LoRA, docs/training.md, adaptation)", ""]
     if meta.get("policy"):
         lines.append(f"Trained by `foresight train adapt` under policy **{meta['policy']}** at budget "
                      f"**B = {meta.get('budget')}**, interval **W = {meta.get('interval')}**"

@@ -1,4 +1,4 @@
-"""Fidelity of an evicted cache to the full cache on fixed traces (DESIGN.md section 5).
+"""Fidelity of an evicted cache to the full cache on fixed traces (docs/evaluation.md).
 
 Every trace is replayed once with the full cache (the reference) and once per (policy, budget) with the budgeted
 cache, all through :func:`foresight.replay`, so the evicted runs see exactly the cache that decoding would have.

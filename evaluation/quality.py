@@ -1,7 +1,7 @@
 """The quality verdict of learned eviction: how much of the best-heuristic -> golden gap each learned stage closes.
 
 Input: fidelity records (:func:`evaluation.fidelity.evaluate_fidelity`) of one (B, W) setting on a held-out split,
-one per policy, each with the per-trace loss ratios of the same traces. Output, per learned stage (DESIGN.md
+one per policy, each with the per-trace loss ratios of the same traces. Output, per learned stage (the method
 section 5, "Statistics"):
 
 * pooled loss ratio and mean of per-trace ratios, for every policy;

@@ -1,4 +1,4 @@
-"""PEFT adapters on top of a loaded model: check a directory, identify it, attach it (DESIGN.md section 4b).
+"""PEFT adapters on top of a loaded model: check a directory, identify it, attach it (docs/training.md, adaptation).
 
 Any job that loads a model takes ``--adapter DIR`` (``load_model(..., adapter=DIR)``): a directory in peft's own
 format (``adapter_config.json`` + ``adapter_model.safetensors``, as ``PeftModel.save_pretrained`` writes it and

@@ -5,7 +5,7 @@ its logical position and a validity flag (False for left-padding). Eviction gath
 each head may keep different tokens, but every head and every layer keeps the same count, so SDPA keeps working
 with dense tensors and no ragged masks.
 
-The cache decides *and* performs evictions (DESIGN.md section 1, :mod:`foresight.schedule`): after every forward
+The cache decides *and* performs evictions (docs/runtime.md, :mod:`foresight.schedule`): after every forward
 that leaves it holding ``B + W`` entries it scores the ``B`` oldest with its policy and gathers them down to ``B``.
 A forward that would cross an event point is fed in pieces cut at those points (chunked prefill), so a prompt of
 any length meets the same schedule as replay.
@@ -55,7 +55,7 @@ class BudgetedCache(Cache):
     policy
         A registered policy name (``foresight policies``) or an :class:`EvictionPolicy` instance.
     budget, interval
-        B and W of DESIGN.md section 1; ``budget=None`` never evicts.
+        B and W of docs/runtime.md; ``budget=None`` never evicts.
     sinks
         The first ``sinks`` logical positions are never evicted.
     protect_prompt

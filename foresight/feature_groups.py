@@ -1,4 +1,4 @@
-"""The feature groups of the learned scorer (DESIGN.md section 4): what each candidate's feature vector holds.
+"""The feature groups of the learned scorer (docs/training.md): what each candidate's feature vector holds.
 
 Each group builds, at an eviction event, (batch, Hkv, C, width) fp32 features of the C candidates of one layer
 from the :class:`~foresight.views.EvictView`, the layer's observed statistics (:class:`LayerState`) and the

@@ -1,4 +1,4 @@
-"""The one per-candidate feature extractor of the learned scorer (DESIGN.md section 4).
+"""The one per-candidate feature extractor of the learned scorer (docs/training.md).
 
 ForesightKV (learned KV-cache eviction distilled from a Golden Eviction oracle) scores each cache entry from ``concat(key, value, attention features)``. The public reference implementation computed these
 features differently in training and at inference; here a single class, :class:`FeatureExtractor`, is used by
@@ -14,7 +14,7 @@ The extractor is an *observer*: it sees every forward step of every layer throug
 * two per-entry accumulators into which the running sum is folded at each event: the cumulative sum
   ``cum += running`` and the decayed cumulative sum ``dec = dec * decay + running`` (decay 0.9); then
   ``running = 0``. Together they cover **every** query since the entry arrived, the prompt's included
-  (DESIGN.md section 4; the reference code seeds them with the prefill attention), not only the last ``W``
+  (docs/training.md; the reference code seeds them with the prefill attention), not only the last ``W``
   rows at each event.
 
 Everything is kept aligned with the cache through :meth:`FeatureExtractor.on_evict` (the same gather the

@@ -13,7 +13,7 @@ determines the features and the cache, not the name a loader gave the model:
   however they were loaded (``foresight.load_model``, ``AutoModelForCausalLM.from_pretrained`` of a saved copy,
   another path or Hub id), and so does the same model loaded in bf16 or fp16 (compared at the finest precision
   both sides record). One changed weight is a different model;
-* the PEFT adapters must be the same (DESIGN.md section 4b): a model loaded with ``--adapter DIR`` records the
+* the PEFT adapters must be the same (docs/training.md, adaptation): a model loaded with ``--adapter DIR`` records the
   adapter's identity (type, rank, targets and the SHA-256 of its weights file) under ``"adapter"``, and two
   fingerprints agree only when both name no adapter or both name one with the same weights digest. A fingerprint
   without the key means "no adapter".

@@ -1,4 +1,4 @@
-"""Budgeted generation (DESIGN.md section 1): prefill the prompt in one call (the cache cuts it at the event
+"""Budgeted generation (docs/runtime.md): prefill the prompt in one call (the cache cuts it at the event
 points) and decode token by token, greedy or sampled, batch and left padding included, through
 :func:`foresight.runtime.forward_logits`, the forward replay uses too, so generation and replay of the same tokens
 evict at the same points.
@@ -100,7 +100,7 @@ def generate(
     policy
         A registered name (``foresight policies``) or an :class:`EvictionPolicy` instance.
     budget, interval
-        B and W (DESIGN.md section 1). ``budget=None`` keeps the full cache.
+        B and W (docs/runtime.md). ``budget=None`` keeps the full cache.
     do_sample, temperature, top_p, top_k, seed
         Greedy by default; sampling uses transformers' logits warpers and a seeded generator. ``seed`` may be
         a list with one seed per row: each row then samples from its own generator, so a row's tokens do not

@@ -1,5 +1,5 @@
 """Layer-major replay: each layer's projections and MLP run over a span of pieces at once, its attention piece by
-piece with that layer's evictions in between (DESIGN.md section 1).
+piece with that layer's evictions in between (docs/runtime.md).
 
 Piecewise replay (:func:`foresight.runtime.replay`) feeds a sequence in the schedule's pieces of at most ``W``
 tokens, one model forward each, so every weight is read once per piece: on a CPU a W=16 replay of SmolLM2 costs

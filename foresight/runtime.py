@@ -1,5 +1,5 @@
 """The one decoding engine: a forward through a :class:`~foresight.cache.BudgetedCache` and chunked
-teacher-forced replay (DESIGN.md section 1).
+teacher-forced replay (docs/runtime.md).
 
 The cache owns the eviction rule (when and what to evict, see :mod:`foresight.schedule`); the engine only feeds
 tokens. :func:`forward_logits` is the one forward both callers use:

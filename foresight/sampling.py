@@ -1,5 +1,5 @@
 """The one eviction sampler: Plackett–Luce draws without replacement (the ``learned`` policy's
-``selection=sample`` *and* GRPO's rollout policy; DESIGN.md section 4, "Selection at inference and in GRPO
+``selection=sample`` *and* GRPO's rollout policy; docs/training.md, "Selection at inference and in GRPO
 must be the same distribution").
 
 An eviction at an event draws ``k = W`` candidates *without replacement*; drawing item ``j`` among those left

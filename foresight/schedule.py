@@ -1,4 +1,4 @@
-"""The one eviction schedule (DESIGN.md section 1), defined once for generation, replay, the oracle and training.
+"""The one eviction schedule (docs/runtime.md), defined once for generation, replay, the oracle and training.
 
 With budget ``B`` and interval ``W`` an event fires when the cache holds ``B + W`` entries: the ``W`` lowest-scoring
 of the ``B`` oldest entries are evicted and the cache returns to ``B``. Counted in tokens fed (prompt, padding and

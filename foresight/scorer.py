@@ -1,8 +1,8 @@
-"""The learned eviction scorer: a tiny MLP per (layer, KV head) (DESIGN.md section 4).
+"""The learned eviction scorer: a tiny MLP per (layer, KV head) (docs/training.md).
 
 ``score = Linear(H->1)(GELU(Linear(D->H)(standardise(x))))`` with separate weights for every layer and KV
 head, evaluated for all heads at once with batched matmuls (``einsum``). The output is a *keep* score
-(higher = keep), the convention of every :class:`~foresight.policies.base.EvictionPolicy`; DESIGN.md's
+(higher = keep), the convention of every :class:`~foresight.policies.base.EvictionPolicy`; the method's
 eviction score is its negation ``phi = -score``.
 
 Inputs are the features of :class:`foresight.features.FeatureExtractor`; they are standardised per
@@ -128,7 +128,7 @@ class ScorerConfig:
     feature_set
         Feature groups of :mod:`foresight.features`.
     hidden
-        Hidden width of the per-head MLP (DESIGN.md: 16).
+        Hidden width of the per-head MLP (the method: 16).
     decay
         Decay of the decayed cumulative attention feature.
     temperature

@@ -95,7 +95,7 @@ class TraceLabels:
     foresight: torch.Tensor | None = None
     foresight_file: str | None = None
     #: what the oracle averaged over future queries (``golden.oracle.MEASURES``); files record it when it is not
-    #: DESIGN.md's attention, so that labels of two oracles are never merged or trained on together unnoticed
+    #: the method's attention, so that labels of two oracles are never merged or trained on together unnoticed
     measure: str = "attention"
 
     def load_foresight(self) -> torch.Tensor:

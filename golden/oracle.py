@@ -1,4 +1,4 @@
-"""The Golden Eviction oracle: block-averaged future attention and the greedy schedule (DESIGN.md section 3).
+"""The Golden Eviction oracle: block-averaged future attention and the greedy schedule (docs/oracle.md).
 
 ForesightKV, "Learning to Evict: ForesightKV for Long-Context Reasoning" (Golden Eviction labels).
 
@@ -39,7 +39,7 @@ Pieces = Sequence[tuple[int, int, bool]]
 
 
 def _attention(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """The softmax attention a query pays an entry: DESIGN.md section 3's measure."""
+    """The softmax attention a query pays an entry: docs/oracle.md's measure."""
     return probs
 
 
@@ -59,7 +59,7 @@ def _output_error(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
 
 
 #: What a query's "attention" to an entry means to the oracle: name -> weight of (probs, values), the same shape
-#: as ``probs``. ``attention`` is DESIGN.md's; ``output`` weighs each entry by how far its eviction moves the output.
+#: as ``probs``. ``attention`` is the method's; ``output`` weighs each entry by how far its eviction moves the output.
 MEASURES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "attention": _attention,
     "output": _output_error,

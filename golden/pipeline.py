@@ -98,7 +98,7 @@ def label_traces(
         "skipped": [ids[i] for i in range(len(ids)) if lengths[i] <= budget + interval],
         "units": [{"shard": _shard_name(u), "trace_ids": [ids[i] for i in unit]} for u, unit in enumerate(units)],
         **weights_dtype(model),  # a resume in another precision would label other shards with other evictions
-        **({} if measure == "attention" else {"measure": measure}),  # absent: DESIGN.md's (plans before it)
+        **({} if measure == "attention" else {"measure": measure}),  # absent: the method's (plans before it)
     }
     out = Path(out_dir)
     rank, world = rank_world()  # before anything is written

@@ -1,6 +1,6 @@
 """Golden Eviction replay: evict exactly what the oracle's labels say (the upper reference, replay only).
 
-ForesightKV's Golden Eviction oracle (DESIGN.md section 3); labels come from ``foresight golden``
+ForesightKV's Golden Eviction oracle (docs/oracle.md); labels come from ``foresight golden``
 (:mod:`golden.oracle`). Replaying them gives the golden loss ratio that learned policies chase.
 
 The policy reads labels, so it lives with them above the library: it is registered under the name ``golden`` as a

@@ -1,4 +1,4 @@
-"""`foresight train adapt` (DESIGN.md section 4b) on tiny models: gradients through the budgeted replay, the first
+"""`foresight train adapt` (docs/training.md, adaptation) on tiny models: gradients through the budgeted replay, the first
 step's KL against `eval fidelity`, resume, DeepSpeed on two ranks, the config's refusals."""
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def test_init_adapter_continues_from_its_weights_is_recorded_and_must_match_on_r
 
 
 def test_alternation_trains_the_adapter_on_under_a_scorer_made_for_the_adapted_model(data, tmp_path):
-    """A second alternation cycle (DESIGN 4b): the adapter trains on from ``init_adapter`` under a scorer trained for
+    """A second alternation cycle (adaptation, docs/training.md): the adapter trains on from ``init_adapter`` under a scorer trained for
     the model that adapter makes (its fingerprint carries the adapter), which is the student's first step; the run
     records that scorer. A scorer made for another adapter, or one made for an adapter without starting from it, is
     refused before training."""
@@ -513,7 +513,7 @@ def test_adapt_eval_refuses_bad_numbers_when_parsing(flag, value, capsys):
 
 
 def test_adapt_eval_with_a_scorer_trained_for_the_adapted_model_is_system_against_system(data, tmp_path, capsys):
-    """--adapted-scorer (DESIGN 4b, scorer alternated with the adapter): the adapted side evicts with a scorer whose
+    """--adapted-scorer (adaptation, docs/training.md, scorer alternated with the adapter): the adapted side evicts with a scorer whose
     fingerprint carries the adapter, and its record equals `eval fidelity` of the merged adapted model with that
     scorer, computed independently; the base side is untouched. A scorer of the base model, or the option without
     `learned`, is one line and exit 2 before anything is written."""

@@ -1,4 +1,4 @@
-"""PEFT adapters on every job (DESIGN.md section 4b): ``load_model(adapter=...)``, the fingerprint, ``--adapter``."""
+"""PEFT adapters on every job (docs/training.md, adaptation): ``load_model(adapter=...)``, the fingerprint, ``--adapter``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""On-policy relabelling (DAgger, DESIGN.md stage 1b): oracle values for any candidate, rows from the scorer's own
+"""On-policy relabelling (DAgger, docs/training.md, DAgger): oracle values for any candidate, rows from the scorer's own
 trajectory labelled like a brute-force oracle, dagger_rounds=0 unchanged, resume mid-DAgger."""
 
 from __future__ import annotations

@@ -405,7 +405,7 @@ def test_golden_cli_errors(trace_dir, tmp_path, capsys):
     other_out = ["--out", str(tmp_path / "o"), "--budget", "200", "--interval", "40", "--measure", "output"]
     assert cli_main([*base, *other_out]) == 0  # the later --out wins
     assert json.loads((tmp_path / "o" / "plan.json").read_text())["measure"] == "output"
-    assert "measure" not in json.loads((tmp_path / "g" / "plan.json").read_text())  # DESIGN.md's: as before
+    assert "measure" not in json.loads((tmp_path / "g" / "plan.json").read_text())  # the method's: as before
     capsys.readouterr()
     other = ["golden", "--model", "tiny-qwen3", "--traces", str(trace_dir), "--out", str(tmp_path / "q"), "--no-progress"]
     assert cli_main([*other, "--budget", "64", "--interval", "16"]) == 2

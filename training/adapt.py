@@ -1,4 +1,4 @@
-"""``foresight train adapt``: adapt the model to its evicted cache with a LoRA adapter (DESIGN.md section 4b).
+"""``foresight train adapt``: adapt the model to its evicted cache with a LoRA adapter (docs/training.md, adaptation).
 
 A learned policy adapts the cache to the model; here the model adapts to its cache. A peft LoRA adapter on the
 attention projections of the frozen LM is trained so that the LM *under an eviction policy* (any evicting
@@ -51,7 +51,7 @@ from training.provenance import split_problems, stamp
 def start_fingerprint(base, init_adapter: str | None, scorer: Scorer) -> dict:
     """The model a frozen ``scorer`` must have been trained for: the base model, or, when training starts from
     ``init_adapter`` and the scorer records an adapter, the base model with that very adapter (the student's first
-    step). The second is alternation (DESIGN.md section 4b): a scorer trained for the adapted model
+    step). The second is alternation (docs/training.md, adaptation): a scorer trained for the adapted model
     (``foresight train sl adapter=...``), and the adapter trained on under it; the student then carries that
     adapter's identity in its fingerprint for the whole run (it *is* that model, trained on), so the runtime's
     per-replay scorer check agrees, the trainer's own base-side evaluation under ``learned`` included (it evicts the

@@ -1,4 +1,4 @@
-"""The keys of ``foresight train adapt`` (``configs/adapt.yaml``), validated on construction (DESIGN.md section 4b)."""
+"""The keys of ``foresight train adapt`` (``configs/adapt.yaml``), validated on construction (docs/training.md, adaptation)."""
 
 from __future__ import annotations
 

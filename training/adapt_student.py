@@ -1,5 +1,5 @@
 """The student of ``foresight train adapt``: a LoRA-adapted LM whose forward is a budgeted chunked replay with
-gradients, and the KL distillation loss to the same LM with its adapter disabled and a full cache (DESIGN.md 4b).
+gradients, and the KL distillation loss to the same LM with its adapter disabled and a full cache (docs/training.md, adaptation).
 
 * **Teacher** (:func:`teacher_log_probs`): the LM with ``disable_adapter()`` (one model in memory) replays the
   trace with the full cache under inference mode; its log-probs at positions ``>= B + W`` are kept
@@ -134,7 +134,7 @@ def distillation_loss(student, peft_model, lm, sequences: list[list[int]], budge
                       anchor_weight: float = 0.0) -> tuple[torch.Tensor, dict]:
     """Pooled KL(p_full || p_evicted) (+ ``ce_weight`` * CE) over positions ``>= B + W`` of ``sequences``, plus
     ``anchor_weight`` * KL(p_full || p_adapted,full): the adapted model with the *full* cache held to the base
-    model at the same positions, so that adapting to eviction does not change the uncompressed model (DESIGN.md
+    model at the same positions, so that adapting to eviction does not change the uncompressed model (the method
     4b asks for its CE within 1% of the base) and a stronger adapter stays within that allowance.
 
     ``student`` is called as ``student(sequence, hook)`` (the :class:`EvictedStudent`, or the DeepSpeed engine

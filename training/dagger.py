@@ -1,4 +1,4 @@
-"""Stage 1b: on-policy relabelling (DAgger) of the distilled scorer (DESIGN.md section 4).
+"""Stage 1b: on-policy relabelling (DAgger) of the distilled scorer (docs/training.md).
 
 Ross, Gordon & Bagnell 2011, "A Reduction of Imitation Learning and Structured Prediction to No-Regret Online
 Learning". Distillation (:mod:`training.sl`) only sees caches that golden produced; at inference the scorer meets

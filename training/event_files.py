@@ -1,7 +1,7 @@
 """One trace's recorded events and their file: the type that the feature cache and DAgger's rows share.
 
 Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory,
-the same thing at every event of one replay (DESIGN.md section 4, stages 1 and 1b): every candidate's features of
+the same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features of
 every feature group (E, L, Hkv, C, D), its foresight value α, whether the oracle evicts it from *this* cache, and
 its position. :class:`RecordedEvents` holds one trace's; :func:`save_events` writes them packed
 (:mod:`training.packed_events`) and atomically, :func:`load_events` reads them back memory-mapped

@@ -1,4 +1,4 @@
-"""Stage 2: GRPO refinement of the learned scorer, eviction as a Markov decision process (DESIGN.md section 4).
+"""Stage 2: GRPO refinement of the learned scorer, eviction as a Markov decision process (docs/training.md).
 
 The MDP: the state is the current cache, an action is the set of ``W`` candidates evicted at an event (one
 action per layer and KV head), the policy is the scorer sampling that set, an episode is one chunked replay of a

@@ -1,4 +1,4 @@
-"""What one DAgger round records: the mixture policy π_r and the rows it produces (DESIGN.md section 4, stage 1b).
+"""What one DAgger round records: the mixture policy π_r and the rows it produces (docs/training.md, DAgger).
 
 :class:`MixturePolicy` drives a replay: at each event either the oracle acts on *this* cache (the W candidates with
 the lowest foresight value α, ties older first: golden's own rule, so β = 1 replays the golden trajectory) or the

@@ -1,5 +1,5 @@
 """The scorer against the oracle: the pairwise ranking hinge loss that distillation minimises, and the ranking
-metrics its validation reports (DESIGN.md section 4).
+metrics its validation reports (docs/training.md).
 
 Shapes: keep scores and foresight values α are (L, ..., C), one row per (event, KV head) after the layer dim;
 ``evicted`` masks are bool with the golden evict set of each row.
@@ -11,7 +11,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 
-#: Pair weightings of :func:`pairwise_hinge_loss`: ``uniform`` (DESIGN.md: every ordered pair counts once),
+#: Pair weightings of :func:`pairwise_hinge_loss`: ``uniform`` (the method: every ordered pair counts once),
 #: ``gap`` (a pair counts by how much attention a mis-ordering loses, ``alpha_j - alpha_i``, LambdaRank-style) and
 #: ``boundary`` (``gap``, restricted to the pairs across the oracle's evict/keep boundary: the only swaps that change
 #: which entries an eviction removes).
@@ -22,7 +22,7 @@ def pairwise_hinge_loss(scores: torch.Tensor, alpha: torch.Tensor, margin: float
                         generator: torch.Generator | None = None,
                         pair_weight: str = "uniform",
                         evicted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pairwise ranking hinge loss of keep scores against foresight values (DESIGN.md section 4).
+    """Pairwise ranking hinge loss of keep scores against foresight values (docs/training.md).
 
     Rows are the leading dims after the first (events x heads); the first dim is the layer. With targets
     ``o = -alpha`` and eviction scores ``phi = -scores``, a row's loss is the mean over pairs ``(i, j)`` with

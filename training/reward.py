@@ -1,9 +1,9 @@
-"""What an eviction episode costs: the GRPO reward and its advantages (DESIGN.md section 4, stage 2).
+"""What an eviction episode costs: the GRPO reward and its advantages (docs/training.md, GRPO).
 
 * **Scored positions** (:func:`reward_positions`): next-token positions ``>= B + W``, minus the 20% with the
   highest full-cache entropy (penalise only confident tokens).
 * **Episode reward** (:func:`episode_rewards`): ``delta = CE_evicted - CE_full`` per scored position,
-  ``R = -mean(delta^2 * 1[delta > eta])`` (``reward="jump"``, DESIGN.md: penalise only large loss jumps of
+  ``R = -mean(delta^2 * 1[delta > eta])`` (``reward="jump"``, the method: penalise only large loss jumps of
   confident tokens, the ones that derail a generation), or ``R = -mean(delta)`` (``reward="delta"``: every
   position's loss change, i.e. the fidelity loss ratio's own numerator, which the quality benchmark measures).
 * **Advantages**: ``episode`` (:func:`group_advantages`): ``A = (R - mean_G) / (std_G + eps)`` within the group
@@ -25,7 +25,7 @@ import math
 
 import torch
 
-#: Per-position penalties of :func:`penalties`: ``jump`` (DESIGN.md) or ``delta`` (the loss ratio's numerator).
+#: Per-position penalties of :func:`penalties`: ``jump`` (the method) or ``delta`` (the loss ratio's numerator).
 REWARDS = ("jump", "delta")
 
 

@@ -1,4 +1,4 @@
-"""GRPO's rollouts: the ``learned`` policy's sampled evictions, recorded (DESIGN.md section 4, stage 2).
+"""GRPO's rollouts: the ``learned`` policy's sampled evictions, recorded (docs/training.md, GRPO).
 
 * **Policy** (:class:`RolloutPolicy`, a ``learned`` policy with ``selection=sample``): the evicted candidates
   are :func:`foresight.sampling.sample_eviction`'s draw, the very draw the ``learned`` policy makes at

@@ -1,4 +1,4 @@
-"""Stage 1: distil the Golden Eviction oracle into the learned scorer (DESIGN.md section 4).
+"""Stage 1: distil the Golden Eviction oracle into the learned scorer (docs/training.md).
 
 Pipeline of ``foresight train sl`` (settings: :class:`training.sl_config.SLConfig`):
 
@@ -54,7 +54,7 @@ NORMALIZER_EVENTS = 64
 def normalizer_sample(num_events: int, seed: int, size: int | None = None) -> torch.Tensor:
     """Sorted indices of ``min(size, num_events)`` distinct events drawn uniformly (seeded) from the pooled
     events of all training traces: the scorer's standardisation statistics are fitted on them, so that they
-    describe every trace rather than the first few (DESIGN.md section 4). ``size`` defaults to
+    describe every trace rather than the first few (docs/training.md). ``size`` defaults to
     :data:`NORMALIZER_EVENTS`."""
     size = NORMALIZER_EVENTS if size is None else size
     gen = torch.Generator().manual_seed(seed)
@@ -62,7 +62,7 @@ def normalizer_sample(num_events: int, seed: int, size: int | None = None) -> to
 
 
 def _measure_of(labels: dict) -> dict:
-    """``{"label_measure": m}`` when the labels' oracle measured something other than DESIGN.md's attention
+    """``{"label_measure": m}`` when the labels' oracle measured something other than the method's attention
     (``foresight golden --measure``; :func:`golden.labels.merge_labels` saw to it that they share one), else
     nothing: the provenance of every scorer trained on attention labels stays as it was."""
     measure = next(iter(labels.values())).measure

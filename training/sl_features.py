@@ -1,5 +1,5 @@
 """Distillation's data: the scorer's features and the oracle's targets at every event of the golden trajectory,
-cached on disk per trace (DESIGN.md section 4, stage 1).
+cached on disk per trace (docs/training.md, distillation).
 
 :func:`collect_events` replays traces teacher-forced (:func:`foresight.replay`, chunks of ``W``) with the
 ``golden`` policy driving the evictions, so the cache evolves exactly as the oracle evicted, while a

@@ -53,7 +53,7 @@ class TrainerConfig:
     run_name: str | None = None
     device: str | None = None
     max_steps_per_run: int = 0
-    #: PEFT adapter directory loaded (merged) on top of the trainer's ``model`` (DESIGN.md section 4b); the model's
+    #: PEFT adapter directory loaded (merged) on top of the trainer's ``model`` (docs/training.md, adaptation); the model's
     #: fingerprint then records it, so traces, labels and scorers made without it are refused.
     adapter: str | None = None
 

@@ -28,7 +28,7 @@ class RKVPolicy(EvictionPolicy):
       others (repetitive reasoning) are evicted first.
 
     Differences from the published code: R-KV additionally keeps the most recent copy of near-duplicate keys
-    (similarity above a threshold) out of the redundancy term; we implement the rule as stated in DESIGN.md
+    (similarity above a threshold) out of the redundancy term; we implement the rule as stated in the method
     (plain row-mean similarity), so two identical keys have the same redundancy.
 
     Parameters

@@ -31,7 +31,7 @@ class SnapKVPolicy(EvictionPolicy):
     Parameters
     ----------
     window
-        Number of most recent queries observed, >= 1 (DESIGN: 8..32).
+        Number of most recent queries observed, >= 1 (the method: 8..32).
     kernel
         Pooling kernel size, >= 1 (1 disables pooling; the paper uses 5-7).
     pooling
