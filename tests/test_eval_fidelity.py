@@ -102,7 +102,9 @@ def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size):
     seqs = [copy_traces[0], copy_traces[1][:50]]  # unequal lengths exercise the padding mask
     rec = evaluate_fidelity(copy_model, seqs, [policy], [budget], interval, batch_size=batch_size)[0]
     ce_ev, ce_full, kl, agree, count = 0.0, 0.0, 0.0, 0.0, 0
+    per_trace = []  # (CE evicted, CE full, positions) of each trace, as the record keeps them for pooled intervals
     for seq in seqs:
+        before = (ce_ev, ce_full, count)
         ids = torch.tensor([seq])
         with torch.no_grad():
             full_lp = torch.log_softmax(copy_model(input_ids=ids).logits.float()[0], -1)
@@ -116,7 +118,13 @@ def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size):
             kl += (full_lp[i].exp() * (full_lp[i] - ev_lp[i])).sum().item()
             agree += float(full_lp[i].argmax() == ev_lp[i].argmax())
             count += 1
+        per_trace.append((ce_ev - before[0], ce_full - before[1], count - before[2]))
     assert rec["tokens"] == count
+    got = list(rec["per_trace_ce"].values())
+    assert [n for *_, n in got] == [n for *_, n in per_trace]
+    for (ce, cf, _), (ref_ce, ref_cf, _) in zip(got, per_trace):
+        assert ce == pytest.approx(ref_ce, rel=1e-4) and cf == pytest.approx(ref_cf, rel=1e-4)
+    assert [ce / cf for ce, cf, _ in got] == pytest.approx(list(rec["per_trace_ratio"].values()))
     assert rec["loss_ratio"] == pytest.approx(ce_ev / ce_full, rel=1e-4)
     assert rec["delta_ce"] == pytest.approx((ce_ev - ce_full) / count, abs=1e-4)
     assert rec["kl"] == pytest.approx(kl / count, rel=1e-3, abs=1e-5)
@@ -488,7 +496,7 @@ def test_cli_compares_policy_args_with_the_records_of_older_runs(trace_dir, tmp_
 def test_cli_refuses_a_finished_out_of_another_model_fingerprint(trace_dir, tmp_path, capsys):
     """The same arguments with another adapter (or other weights under one name) give another fingerprint, which is
     known once the model loads: refused then, before any compute, the results untouched."""
-    from foresight.cli.commands.eval import _check_finished_out
+    from evaluation.cli.eval import _check_finished_out
 
     out = tmp_path / "fid"
     assert main(_fid_args(trace_dir, out, "--interval", "8")) == 0
