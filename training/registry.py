@@ -18,7 +18,8 @@ TRAINERS: dict[str, "TrainerSpec"] = {}
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """``config_cls`` is a validated dataclass with ``from_dict``; ``run(config, resume)`` returns a summary."""
+    """``config_cls`` is a validated dataclass with ``from_dict``; ``run(config, resume, overwrite=...)`` returns a
+    summary."""
 
     name: str
     config_cls: type
@@ -27,7 +28,7 @@ class TrainerSpec:
 
 
 def register_trainer(name: str, config_cls: type, help: str = ""):
-    """Decorator registering ``run(config, resume=False) -> dict`` as trainer ``name``."""
+    """Decorator registering ``run(config, resume=False, overwrite=False) -> dict`` as trainer ``name``."""
 
     def deco(fn):
         if name in TRAINERS and TRAINERS[name].run is not fn:
