@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import sys
 import time
 from pathlib import Path
 from typing import Sequence
@@ -29,16 +29,20 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from evaluation.grading import grade
-from foresight.atomic import atomic_write_text
+from foresight.atomic import append_text, atomic_write_text
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import fingerprint_diff
 from foresight.generation import eos_token_ids, generate
+from foresight.limits import check_new_tokens, check_planned
+from foresight.outputs import OutputKind, prepare_output_dir
 from foresight.policies.base import require_cache
 from foresight.prompts import build_prompt
 from golden.traces import check_greedy_samples, trace_seed
 
 SAMPLES_GLOB = "samples-rank*.jsonl"
+#: ``eval aime``'s output directory.
+AIME_OUTPUT = OutputKind("eval aime", ("settings.json", "summary.json", SAMPLES_GLOB), (("settings.json",),))
 #: Settings that change what a sample is; a resumed run must agree on them.
 SAMPLE_DEFINING = (
     "model", "data", "policy", "policy_kwargs", "budget", "interval", "sinks", "temperature", "top_p", "top_k",
@@ -161,14 +165,17 @@ def run_accuracy(
     if not 0 <= rank < world_size:
         raise ForesightError(f"RANK={rank} is outside WORLD_SIZE={world_size}")
     require_cache(policy, settings["budget"], settings["interval"])  # before anything is written
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    check_planned(len(problems), samples, 0, ("samples", "first_sample"))
     prompts_cache: dict[str, str] = {}
 
     def prompt_of(p) -> str:
         if p.id not in prompts_cache:
             prompts_cache[p.id] = build_prompt(tokenizer, p.problem, settings.get("template"))
         return prompts_cache[p.id]
+
+    longest = max((len(tokenizer(prompt_of(p))["input_ids"]) for p in problems), default=0)
+    check_new_tokens(model, longest, settings["max_new_tokens"], "max_new_tokens")  # before anything is written
+    out = prepare_output_dir(out_dir, AIME_OUTPUT)
 
     settings = {**settings, "samples": samples, "num_problems": len(problems)}
     _check_settings(out, settings)
@@ -185,51 +192,69 @@ def run_accuracy(
     # Batches are fixed slices of ``keys``: under a budget, left padding shifts a row's eviction events, so a sample
     # is always generated beside the same rows; a resumed batch is regenerated whole and only its missing samples
     # are written (the others come out identical).
-    with path.open("a") as f:
-        for b0 in range(0, len(keys), batch_size):
-            chunk = keys[b0 : b0 + batch_size]
-            if all(sample_key(p.id, s) in done for p, s in chunk):
+    for b0 in range(0, len(keys), batch_size):
+        chunk = keys[b0 : b0 + batch_size]
+        if all(sample_key(p.id, s) in done for p, s in chunk):
+            continue
+        prompts = [prompt_of(p) for p, _ in chunk]
+        t0 = time.perf_counter()
+        res = generate(
+            model, tokenizer, prompts, policy=policy, budget=settings["budget"],
+            interval=settings["interval"], sinks=settings["sinks"], max_new_tokens=settings["max_new_tokens"],
+            do_sample=not greedy, temperature=1.0 if greedy else settings["temperature"],
+            top_p=settings["top_p"], top_k=settings["top_k"],
+            seed=[trace_seed(settings["seed"], p.id, s) for p, s in chunk],
+        )
+        seconds = time.perf_counter() - t0
+        batch_tokens = sum(len(t) for t in res.token_ids)
+        batch_id = f"{rank}:{time.time_ns()}"
+        eos = eos_token_ids(model, tokenizer)
+        lines = []
+        for i, (p, s) in enumerate(chunk):
+            if sample_key(p.id, s) in done:
                 continue
-            prompts = [prompt_of(p) for p, _ in chunk]
-            t0 = time.perf_counter()
-            res = generate(
-                model, tokenizer, prompts, policy=policy, budget=settings["budget"],
-                interval=settings["interval"], sinks=settings["sinks"], max_new_tokens=settings["max_new_tokens"],
-                do_sample=not greedy, temperature=1.0 if greedy else settings["temperature"],
-                top_p=settings["top_p"], top_k=settings["top_k"],
-                seed=[trace_seed(settings["seed"], p.id, s) for p, s in chunk],
-            )
-            seconds = time.perf_counter() - t0
-            batch_tokens = sum(len(t) for t in res.token_ids)
-            batch_id = f"{rank}:{time.time_ns()}"
-            eos = eos_token_ids(model, tokenizer)
-            for i, (p, s) in enumerate(chunk):
-                if sample_key(p.id, s) in done:
-                    continue
-                g = grade(res.texts[i], p.answer)
-                ids = res.token_ids[i]
-                rec = {
-                    "problem_id": p.id, "sample": s, "answer": p.answer,
-                    "prompt_sha256": prompt_digest(prompts[i]), "extracted": g["extracted"],
-                    "correct": g["correct"], "generated_tokens": len(ids),
-                    "finished": bool(ids) and ids[-1] in eos, "prompt_tokens": res.prompt_lengths[i],
-                    "peak_kv_entries": max(res.stats["peak_entries"]), "evictions": res.stats["evictions"],
-                    "batch": batch_id, "batch_seconds": seconds, "batch_tokens": batch_tokens,
-                    "text": res.texts[i],
-                }
-                f.write(json.dumps(rec) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-            bar.update(sum(sample_key(p.id, s) not in done for p, s in chunk))
+            g = grade(res.texts[i], p.answer)
+            ids = res.token_ids[i]
+            rec = {
+                "problem_id": p.id, "sample": s, "answer": p.answer,
+                "prompt_sha256": prompt_digest(prompts[i]), "extracted": g["extracted"],
+                "correct": g["correct"], "generated_tokens": len(ids),
+                "finished": bool(ids) and ids[-1] in eos, "prompt_tokens": res.prompt_lengths[i],
+                "peak_kv_entries": max(res.stats["peak_entries"]), "evictions": res.stats["evictions"],
+                "batch": batch_id, "batch_seconds": seconds, "batch_tokens": batch_tokens,
+                "text": res.texts[i],
+            }
+            lines.append(json.dumps(rec) + "\n")
+        append_text(path, "".join(lines))  # the batch's records whole, or none of them
+        bar.update(sum(sample_key(p.id, s) not in done for p, s in chunk))
     bar.close()
     return write_summary(out, problems, samples)
 
 
 
+def regrade(records: Sequence[dict], problems: Sequence) -> list[dict]:
+    """The records of ``problems`` graded again from their text against the problem's answer (grading is cheap, and
+    a sample file is text a hand can edit: its ``correct`` and ``extracted`` are never trusted); a note on stderr
+    counts the records whose recorded grade differed."""
+    answer = {p.id: p.answer for p in problems}
+    out, changed = [], 0
+    for r in records:
+        if r["problem_id"] in answer and isinstance(r.get("text"), str):
+            g = grade(r["text"], answer[r["problem_id"]])
+            changed += (bool(r.get("correct")), r.get("extracted")) != (g["correct"], g["extracted"])
+            r = {**r, "correct": g["correct"], "extracted": g["extracted"]}
+        out.append(r)
+    if changed:
+        print(f"note: {changed} sample record(s) held another grade than their text gets; the regraded ones are "
+              "reported", file=sys.stderr)
+    return out
+
+
 def summarize(records: Sequence[dict], problems: Sequence, samples: int, settings: dict | None = None) -> dict:
-    """pass@1, per-problem accuracy, lengths, peak KV entries and throughput of the records for ``problems``."""
+    """pass@1, per-problem accuracy, lengths, peak KV entries and throughput of the records for ``problems``, each
+    graded again from its text (:func:`regrade`)."""
     wanted = {sample_key(p.id, s) for p in problems for s in range(samples)}
-    recs = [r for r in records if sample_key(r["problem_id"], r["sample"]) in wanted]
+    recs = regrade([r for r in records if sample_key(r["problem_id"], r["sample"]) in wanted], problems)
     per_problem: dict[str, dict] = {}
     for p in problems:
         rs = [r for r in recs if r["problem_id"] == p.id]
@@ -287,5 +312,5 @@ def format_summary(s: dict) -> str:
     ])
 
 
-__all__ = ["TIMING_FIELDS", "check_gradable", "format_summary", "read_records", "repair_jsonl", "run_accuracy",
-           "summarize", "write_summary"]
+__all__ = ["AIME_OUTPUT", "TIMING_FIELDS", "check_gradable", "format_summary", "read_records", "regrade",
+           "repair_jsonl", "run_accuracy", "summarize", "write_summary"]

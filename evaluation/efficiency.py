@@ -18,12 +18,17 @@ from typing import Callable, Sequence
 
 import torch
 
+from foresight.atomic import atomic_write_text
 from foresight.errors import ForesightError
 from foresight.generation import generate
 from foresight.models import model_fingerprint
+from foresight.outputs import OutputKind, prepare_output_dir
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.policies.base import require_cache
 from foresight.schedule import CacheConfig
+
+#: ``bench``'s output directory.
+BENCH_OUTPUT = OutputKind("bench", ("bench.json", "bench.md"), (("bench.json", "bench.md"),))
 
 DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
                  "How many clips did Natalia sell altogether in April and May?"
@@ -176,11 +181,11 @@ def benchmark(
 
 
 def write_bench(out: str | Path, meta: dict, header: str, records: Sequence[dict]) -> tuple[Path, Path]:
-    """Write ``bench.json`` (settings + records) and ``bench.md`` (header + :func:`bench_table`) into ``out``."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps({"settings": meta, "records": list(records)}, indent=2) + "\n")
-    (out / "bench.md").write_text(f"{header}\n\n{bench_table(records)}\n")
+    """Write ``bench.json`` (settings + records) and ``bench.md`` (header + :func:`bench_table`) into ``out``
+    (atomically; ``bench``'s output directory, :data:`BENCH_OUTPUT`)."""
+    out = prepare_output_dir(out, BENCH_OUTPUT)
+    atomic_write_text(out / "bench.json", json.dumps({"settings": meta, "records": list(records)}, indent=2) + "\n")
+    atomic_write_text(out / "bench.md", f"{header}\n\n{bench_table(records)}\n")
     return out / "bench.json", out / "bench.md"
 
 
@@ -201,4 +206,4 @@ def bench_table(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]
+__all__ = ["BENCH_OUTPUT", "DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]

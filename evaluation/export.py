@@ -29,10 +29,14 @@ from foresight.atomic import atomic_directory
 from foresight.config import read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
+from foresight.outputs import OutputKind, check_output, clean_after_killed_writes, write_marker
 from foresight.scorer import CONFIG_NAME, TOPK_DEFAULTS, WEIGHTS_NAME, Scorer, resolve_scorer
 from foresight.scorer_hub import card_data, card_header
 
 ONNX_NAME = "scorer.onnx"
+#: ``export``'s output directory: what :func:`export_scorer` writes (known by its scorer before output markers).
+EXPORT_OUTPUT = OutputKind("export", (CONFIG_NAME, WEIGHTS_NAME, "README.md", "fidelity.json", ONNX_NAME,
+                                      ADAPTER_SUBDIR), ((CONFIG_NAME, WEIGHTS_NAME),))
 
 
 def resolve_scorer_dir(path: str | Path) -> Path:
@@ -321,13 +325,13 @@ def export_onnx(scorer, path: Path, atol: float = 1e-5, opset: int = 18) -> floa
 
 
 def _check_out(out: Path, scorer_dir: Path, overwrite: bool) -> None:
-    """Refuse an ``out`` that would lose work: a file, a non-empty directory without ``overwrite``, or a directory
-    holding the source scorer (replacing it would delete the source)."""
+    """Refuse an ``out`` that would lose work: anything :func:`foresight.outputs.check_output` refuses (another
+    kind's output, files foresight did not write, the current directory, a symbolic link), a non-empty directory
+    without ``overwrite``, or a directory holding the source scorer (replacing it would delete the source)."""
     src, dst = scorer_dir.resolve(), out.resolve()
     if dst == src or dst in src.parents:
         raise ForesightError(f"--out {out} holds the source scorer {scorer_dir}; export to another directory")
-    if out.exists() and not out.is_dir():
-        raise ForesightError(f"--out {out} exists and is not a directory")
+    check_output(out, EXPORT_OUTPUT, overwrite=overwrite)
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ForesightError(f"export directory {out} already exists; pass --overwrite to replace it (its whole "
                              "content, so no file of an earlier export is left beside the new scorer)")
@@ -514,7 +518,9 @@ def export_scorer(src: str | Path, out: str | Path, *, onnx: bool = False, fidel
     paired = adapter_dir is not None and paired_with(adapter_dir, scorer_dir)
     if paired:
         bind_scorer(scorer, adapter_dir)
+    clean_after_killed_writes(out)
     with atomic_directory(out) as tmp:  # out never holds a half-written export or a mix of two
+        write_marker(tmp, EXPORT_OUTPUT)
         # the config gains provenance; the weights are copied as trained, byte for byte, so their SHA-256 stays the
         # one that training output, quality.json and adapter pairing recorded
         scorer.save_config(tmp)

@@ -7,22 +7,30 @@ ids, every (policy, budget) with its settings and a digest of what it learned or
 golden's labels), W, sinks, the batch size, the weights' dtype (when not float32, so earlier journals resume) and the
 reference dtype. A journal of anything else is refused in one line, never mixed in; a last line cut short by a crash
 is dropped and that batch is replayed; a record that is not its batch's (other traces, another plan, a damaged line)
-is refused (:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it).
+is refused (:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it). Every record carries the
+SHA-256 of its own content (:func:`record_checksum`), so a number edited by hand (one trace's sum changed) is
+refused by line, never reported.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Sequence
 
 import torch
 
+from foresight.atomic import append_text
 from foresight.errors import ForesightError
 
-FORMAT = "foresight-fidelity-journal/1"
+FORMAT = "foresight-fidelity-journal/2"  # /2: a checksum per record
+
+
+def record_checksum(record: dict) -> str:
+    """SHA-256 of a journal record's content (its keys sorted, ``sha256`` itself left out)."""
+    body = {k: v for k, v in record.items() if k != "sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 def tokens_digest(trace_ids: Sequence[str], sequences: Sequence[Sequence[int]]) -> str:
@@ -72,7 +80,11 @@ class FidelityJournal:
             header = json.loads(lines[0]) if lines else None
         except json.JSONDecodeError:
             header = None
-        if not isinstance(header, dict) or header.get("format") != FORMAT:
+        if isinstance(header, dict) and str(header.get("format", "")).startswith("foresight-fidelity-journal/"):
+            if header["format"] != FORMAT:
+                raise ForesightError(f"{self.path}: a fidelity journal of another version ({header['format']}, not "
+                                     f"{FORMAT}); delete it to start over")
+        else:
             raise ForesightError(f"{self.path}: not a fidelity journal ({FORMAT}); move it away or choose another "
                                  "output directory")
         theirs = header.get("identity") or {}
@@ -90,22 +102,23 @@ class FidelityJournal:
                     and isinstance(rec.get("policies"), dict)):
                 raise ForesightError(f"{self.path}: line {i} is not a batch record (a 'start' index and "
                                      "'policies'); delete the journal to start over")
+            if rec.get("sha256") != record_checksum(rec):
+                raise ForesightError(f"{self.path}: line {i} was changed since it was written (its SHA-256 differs); "
+                                     "delete the journal to start over")
             self.done[rec["start"]] = rec
             kept.append(line)
         if len(kept) < len(lines):
             self._write("".join(k + "\n" for k in kept), "w")
 
     def _write(self, text: str, mode: str) -> None:
-        with open(self.path, mode) as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
+        append_text(self.path, text, mode)
 
     def add(self, record: dict) -> None:
         """Append one finished batch's record (written through to disk before the next batch starts)."""
         if not self.path.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._write(json.dumps({"format": FORMAT, "identity": self.identity}) + "\n", "w")
+        record = {**record, "sha256": record_checksum(record)}
         self._write(json.dumps(record) + "\n", "a")
         self.done[int(record["start"])] = record
 
@@ -114,4 +127,4 @@ class FidelityJournal:
         self.path.unlink(missing_ok=True)
 
 
-__all__ = ["FORMAT", "FidelityJournal", "policy_digest", "tokens_digest", "weights_digest"]
+__all__ = ["FORMAT", "FidelityJournal", "policy_digest", "record_checksum", "tokens_digest", "weights_digest"]

@@ -10,7 +10,13 @@ from typing import Sequence
 import matplotlib
 from matplotlib.figure import Figure
 
-from foresight.atomic import atomic_write_text
+from foresight.atomic import atomic_file, atomic_write_text
+from foresight.outputs import OutputKind, prepare_output_dir
+
+#: ``eval fidelity``'s output directory (``card_fidelity.json``: the demo's card records beside its results).
+FIDELITY_OUTPUT = OutputKind("eval fidelity", ("fidelity.json", "fidelity.md", "fidelity.png", "settings.json",
+                                               "fidelity.partial.jsonl", "card_fidelity.json"),
+                             (("fidelity.json", "settings.json"), ("fidelity.partial.jsonl",)))
 
 
 def _fmt(value, digits: int = 4) -> str:
@@ -110,7 +116,7 @@ def plot_loss_ratio(records: Sequence[dict], path: str | Path, title: str = "Los
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, format="png")
     return path
 
 
@@ -121,15 +127,15 @@ def write_fidelity_outputs(records: Sequence[dict], out_dir: str | Path, notes: 
                            title: str = "Fidelity of evicted caches", settings: dict | None = None) -> str:
     """Write ``fidelity.json``, ``fidelity.md``, ``fidelity.png`` (and ``settings.json``) into ``out_dir``.
 
-    Returns the markdown page. Shared by ``foresight eval fidelity`` and the demo.
+    Returns the markdown page. Shared by ``foresight eval fidelity`` and the demo. Every file is written atomically.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    # atomic, settings first: a rerun reads a present fidelity.json (and its settings.json) as finished results
+    out = prepare_output_dir(out_dir, FIDELITY_OUTPUT)
+    # settings first: a rerun reads a present fidelity.json (and its settings.json) as finished results
     if settings is not None:
         atomic_write_text(out / "settings.json", json.dumps(settings, indent=2, default=str) + "\n")
     atomic_write_text(out / "fidelity.json", json.dumps(list(records), indent=2) + "\n")
     md = fidelity_markdown(records, title=title, notes=notes)
-    (out / "fidelity.md").write_text(md)
-    plot_loss_ratio(records, out / "fidelity.png", title=title)
+    atomic_write_text(out / "fidelity.md", md)
+    with atomic_file(out / "fidelity.png") as tmp:
+        plot_loss_ratio(records, tmp, title=title)
     return md

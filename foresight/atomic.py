@@ -2,7 +2,9 @@
 
 Each is written under a hidden temporary sibling (``.<name>.tmp-<pid>-<random>``, :func:`temp_sibling`), flushed to
 disk (:func:`fsync_path`) and renamed into place. An error removes the temporary; a kill may leave one behind
-(:func:`stale_temporaries`), which is safe to delete.
+(:func:`stale_temporaries`), which is safe to delete. Records appended to a log (:func:`append_text`) are whole
+lines or nothing. A full disk in any of them raises :class:`~foresight.errors.DiskFullError` naming the file
+(:func:`writing`), after the temporary or the partial line is removed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import shutil
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from foresight.errors import DiskFullError, is_disk_full
 
 
 def fsync_path(path: str | Path) -> None:
@@ -37,15 +41,31 @@ def stale_temporaries(path: Path) -> list[Path]:
 
 
 @contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Turn a full disk met in the block (whichever library reports it: :func:`foresight.errors.is_disk_full`) into
+    a :class:`~foresight.errors.DiskFullError` naming ``path``; other errors pass unchanged."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        raise DiskFullError(f"disk full writing {path} (No space left on device); free space on that filesystem or "
+                            "write elsewhere, then rerun") from None
+
+
+@contextmanager
 def atomic_file(path: str | Path) -> Iterator[Path]:
     """A temporary sibling of ``path`` for the block to write; when the block ends without error it is flushed to disk
     and renamed to ``path`` (an existing ``path`` stays whole until then). On an error it is removed."""
     path = Path(path)
     tmp = temp_sibling(path)
     try:
-        yield tmp
-        fsync_path(tmp)
-        os.replace(tmp, path)
+        with writing(path):
+            yield tmp
+            fsync_path(tmp)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -54,6 +74,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (:func:`atomic_file`)."""
     with atomic_file(path) as tmp:
         tmp.write_text(text)
+
+
+def append_text(path: str | Path, text: str, mode: str = "a") -> None:
+    """Append ``text`` (whole records, e.g. JSON lines) to ``path`` and flush it to disk; ``mode="w"`` starts the file
+    afresh. An error mid-write cuts the file back to what it held before, so no partial record is left."""
+    path = Path(path)
+    size = path.stat().st_size if mode == "a" and path.exists() else 0
+    with writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "a" else os.O_TRUNC), 0o666)
+        try:
+            data = memoryview(text.encode())
+            while data:
+                data = data[os.write(fd, data):]
+            os.fsync(fd)
+        except BaseException:
+            os.ftruncate(fd, size)
+            raise
+        finally:
+            os.close(fd)
 
 
 def _replace_dir(tmp: Path, target: Path) -> None:
@@ -86,12 +125,13 @@ def atomic_directory(directory: str | Path) -> Iterator[Path]:
     tmp = temp_sibling(target)
     tmp.mkdir()
     try:
-        yield tmp
-        for root, _, files in os.walk(tmp):  # symlinks are not followed
-            for name in files:
-                if not os.path.islink(os.path.join(root, name)):
-                    fsync_path(Path(root, name))
-        _replace_dir(tmp, target)
+        with writing(directory):
+            yield tmp
+            for root, _, files in os.walk(tmp):  # symlinks are not followed
+                for name in files:
+                    if not os.path.islink(os.path.join(root, name)):
+                        fsync_path(Path(root, name))
+            _replace_dir(tmp, target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -10,6 +10,8 @@ prints it as one line with exit status 2) naming the offending file, key or valu
   integral float to an ``int`` field (``steps=1e3``) and a number written as a string to a ``float`` field (YAML
   1.1 reads ``1e-4`` as a string).
 * :func:`parse_overrides` reads ``key=value`` strings as YAML scalars;
+* YAML goes through :func:`foresight.safe_yaml.load_yaml` (safe tags, a key given twice is an error, size and
+  alias expansion bounded);
 * :func:`read_yaml_mapping` and :func:`read_json` read a file and name it in every error;
 * :func:`check_device` checks a device string (``cpu``, ``cuda``, ``cuda:1``) before a model is loaded;
 * :func:`check_adapter` checks a PEFT adapter directory (the ``adapter`` key, ``--adapter``) the same way;
@@ -23,6 +25,7 @@ import argparse
 import json
 import math
 import numbers
+import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -31,6 +34,7 @@ from typing import Any, Iterable
 import yaml
 
 from foresight.errors import ForesightError
+from foresight.safe_yaml import load_yaml
 
 
 class ConfigError(ForesightError, ValueError):
@@ -151,7 +155,7 @@ def check_keys(data, known: Iterable[str], what: str) -> dict:
 def parse_scalar(text: str):
     """A ``key=value`` value as a YAML scalar (numbers, booleans, null, strings, ``[a, b]`` lists)."""
     try:
-        parsed = yaml.safe_load(text)
+        parsed = load_yaml(text)
     except yaml.YAMLError:
         return text  # not YAML (e.g. "a: b: c"): keep the text; the field's type check decides
     if isinstance(parsed, str) and _FLOAT_TEXT.match(parsed.strip()):
@@ -183,10 +187,10 @@ def read_text(path: str | Path, what: str) -> str:
 
 
 def read_yaml_mapping(path: str | Path, what: str = "config file") -> dict:
-    """The mapping in a YAML file (empty file: ``{}``); syntax errors name the file and line."""
+    """The mapping in a YAML file (empty file: ``{}``; :func:`load_yaml`); errors name the file and line."""
     text = read_text(path, what)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
@@ -226,14 +230,25 @@ def check_output_file(path: str | Path | None, key: str) -> str | Path | None:
 
 
 def check_output_dir(path: str | Path | None, key: str) -> str | Path | None:
-    """An output directory to be written later (None passes): refused when it, or the nearest of its parents that
-    exists, is something other than a directory (``mkdir`` would fail there), checked before any work (a model
-    load, a benchmark) so it never ends in an unwritable path."""
+    """An output directory to be written later (None passes), checked before any work (a model load, a benchmark) so
+    it never ends in an unwritable or wrong path: refused when it is empty (``--out ""`` is the current directory),
+    the current directory or one of its parents, a symbolic link (replacing it would delete its target), or when it
+    or the nearest of its parents that exists is something other than a directory (``mkdir`` would fail there).
+    :func:`foresight.outputs.check_output` adds the checks of what is in it."""
     if path is None:
         return path
-    if Path(path).exists() and not Path(path).is_dir():
+    if not str(path).strip():
+        raise ConfigError(f"{key} is empty; name an output directory")
+    p = Path(path).expanduser()
+    if p.is_symlink():
+        raise ConfigError(f"{key} {path} is a symbolic link (to {os.readlink(p)}); name the directory itself")
+    here, resolved = Path.cwd().resolve(), p.resolve()
+    if resolved == here or resolved in here.parents:
+        which = "the current directory" if resolved == here else "a parent of the current directory"
+        raise ConfigError(f"{key} {path} is {which}; name a directory of its own for the output")
+    if p.exists() and not p.is_dir():
         raise ConfigError(f"{key} {path}: exists and is not a directory")
-    above = next((a for a in Path(path).parents if a.exists()), None)
+    above = next((a for a in p.parents if a.exists()), None)
     if above is not None and not above.is_dir():
         raise ConfigError(f"{key} {path}: {above} is not a directory")
     return path

@@ -20,6 +20,8 @@ from typing import Callable
 
 from foresight.errors import ForesightError
 
+#: The most problems the synthetic set generates (``--limit`` beyond it is refused, not generated for hours).
+MAX_SYNTHETIC = 100_000
 #: Built-in benchmark names and their files in :func:`data_dir`.
 BENCHMARK_FILES = {"aime24": "aime24.jsonl", "aime25": "aime25.jsonl", "math500": "math500_dev.jsonl"}
 _ID_FIELDS = ("id", "unique_id", "problem_id", "idx")
@@ -186,6 +188,8 @@ def load_problems(spec: str, limit: int | None = None, split: str | None = None)
         raise DataError(f"--split {split}: only a Hugging Face dataset has splits, not {spec!r} (a built-in problem "
                         "set or a JSONL file); drop --split")
     if spec == "synthetic":
+        if limit is not None and limit > MAX_SYNTHETIC:
+            raise DataError(f"--limit {limit}: the synthetic set has at most {MAX_SYNTHETIC:,} problems")
         problems = synthetic_problems(max(limit or 64, 0))
     elif spec in BENCHMARK_FILES:
         path = data_dir() / BENCHMARK_FILES[spec]

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from foresight.cache import BudgetedCache
+from foresight.limits import check_generation
 from foresight.policies import EvictionPolicy
 from foresight.runtime import check_token_ids, forward_logits, resolve_policy
 
@@ -127,9 +128,12 @@ def generate(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     device = model.device
+    kept = budget if budget is not None and policy.evicts and not protect_prompt else None  # at least B + W entries
+    check_generation(model, 1 if isinstance(prompts, str) else len(prompts), 1, max_new_tokens, kept)  # before encoding
     input_ids, attn = _encode_prompts(tokenizer, prompts, device)
     check_token_ids(model, input_ids)
     batch, plen = input_ids.shape
+    check_generation(model, batch, plen, max_new_tokens, kept)
     prompt_lengths = attn.sum(-1).tolist()
     if align == "rows" and budget is not None and policy.evicts and len(set(prompt_lengths)) > 1:
         rows = [ids[ids.shape[0] - n :].tolist() for ids, n in zip(input_ids, prompt_lengths)]

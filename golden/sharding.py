@@ -5,8 +5,10 @@ it produces), ``shards/`` and ``manifests/``. A shard is written under a tempora
 (``manifests/<shard>.json``: size and SHA-256 of every file) is written next, and the shard is renamed into
 place last, so after any kill (even ``kill -9``) a shard either exists whole or not at all. Rerunning with the
 same arguments skips a finished shard only after checking it against its manifest; a shard damaged since
-(truncated, edited, or without a manifest) is removed and redone. Readers check sizes and refuse a damaged
-shard by name.
+(truncated, edited, or without a manifest) is removed and redone. Readers check every file's size and SHA-256
+against the manifest too, once per process (:func:`check_shard`), and refuse a damaged shard by name: one token
+flipped in a trace is never labelled or scored. A plan names its shards by file name only (:func:`read_plan`), so no
+reader follows a plan outside its directory.
 
 When launched with several processes (``torchrun``, the ``deepspeed`` launcher: ``RANK``/``WORLD_SIZE`` set),
 rank ``r`` takes the units ``i`` with ``i % world == r`` and writes only its own shards; readers merge shards
@@ -24,15 +26,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from foresight.atomic import atomic_write_text, stale_temporaries
+from foresight.atomic import atomic_write_text, stale_temporaries, writing
 from foresight.config import ConfigError, read_json
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256  # the one file digest (re-exported for training.checkpoint)
+from foresight.outputs import OutputKind, prepare_output_dir
 
 PLAN_FILE = "plan.json"
 SHARDS_DIR = "shards"
 MANIFESTS_DIR = "manifests"
 _TMP_PREFIX = ".tmp-"
+
+
+def sharded_output(name: str) -> OutputKind:
+    """The :class:`~foresight.outputs.OutputKind` of a sharded job's directory (``trace``, ``golden``); one written
+    before output markers existed is known by its ``plan.json`` (whose ``kind`` :func:`ensure_plan` checks)."""
+    return OutputKind(name, (PLAN_FILE, SHARDS_DIR, MANIFESTS_DIR), ((PLAN_FILE,),))
 
 
 def rank_world() -> tuple[int, int]:
@@ -65,11 +74,24 @@ def read_plan(out_dir: str | Path) -> dict | None:
     ):
         raise ConfigError(f"{path} is damaged (needs `kind` and `units` with a `shard` each); delete the "
                           "directory and rerun, or choose another --out")
+    for u in units:
+        if not _plain_name(u["shard"]):
+            raise ConfigError(f"{path} is damaged: shard {u['shard']!r} is not a file name inside "
+                              f"{Path(out_dir) / SHARDS_DIR} (a plan names its own shards, nothing elsewhere); delete "
+                              "the directory and rerun, or choose another --out")
     return plan
 
 
-def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, ...], units_from: str = "") -> dict:
-    """Create ``out_dir`` with ``plan``, or check that an existing plan agrees on the keys in ``compare``.
+def _plain_name(name: str) -> bool:
+    """A file name of its own: no directory part, not ``.``/``..``, not hidden (temporaries are), no NUL."""
+    return bool(name) and name not in (".", "..") and not name.startswith(".") and not any(
+        c in name for c in ("/", "\\", "\0", os.sep))
+
+
+def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, ...], output: OutputKind,
+                units_from: str = "") -> dict:
+    """Create ``out_dir`` with ``plan`` (``output``'s directory: :func:`foresight.outputs.prepare_output_dir`), or
+    check that an existing plan agrees on the keys in ``compare``.
 
     Raises :class:`ForesightError` naming every field that differs (e.g. rerunning with another model or
     other settings into the same directory), so a resume can never mix incompatible shards. Differing ``units`` are
@@ -77,12 +99,13 @@ def ensure_plan(out_dir: str | Path, plan: dict, what: str, compare: tuple[str, 
     """
     out = Path(out_dir)
     old = read_plan(out) if out.is_dir() else None
+    if old is not None and old.get("kind") != plan.get("kind"):
+        raise ForesightError(f"{out} holds {old.get('kind')!r} output, not {what}; choose another --out")
+    prepare_output_dir(out, output)
     if old is None:
-        (out / SHARDS_DIR).mkdir(parents=True, exist_ok=True)
+        (out / SHARDS_DIR).mkdir(exist_ok=True)
         atomic_write_text(out / PLAN_FILE, json.dumps(plan, indent=1, sort_keys=True))
         return plan
-    if old.get("kind") != plan.get("kind"):
-        raise ForesightError(f"{out} holds {old.get('kind')!r} output, not {what}; choose another --out")
     diffs = [d for key in compare for d in (_unit_differences(old.get(key), plan.get(key), units_from)
                                             if key == "units" else _differences(key, old.get(key), plan.get(key)))]
     if diffs:
@@ -162,41 +185,43 @@ def _derived_cache(path: Path, root: Path) -> bool:
     return path.parent == root and path.name.startswith("cache-") and path.suffix == ".arrow"
 
 
-def _describe_files(root: Path, digests: bool) -> dict[str, dict]:
-    """``{relative path: {"size": bytes[, "sha256": hex]}}`` of a shard (one file, or a directory's files;
-    ``datasets``' derived cache files are not the shard's)."""
+def _shard_files(root: Path) -> dict[str, Path]:
+    """``{relative path: path}`` of a shard's files (one file, or a directory's files; ``datasets``' derived cache
+    files are not the shard's)."""
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file() and not
                                                  _derived_cache(p, root))
-    out = {}
-    for p in files:
-        rel = "." if p == root else p.relative_to(root).as_posix()
-        out[rel] = {"size": p.stat().st_size, **({"sha256": file_sha256(p)} if digests else {})}
-    return out
+    return {"." if p == root else p.relative_to(root).as_posix(): p for p in files}
 
 
-def shard_problem(out_dir: str | Path, name: str, digests: bool = True) -> str | None:
-    """Why shard ``name`` cannot be used (missing, no manifest, a file's size or hash differs), or None.
+def _describe_files(root: Path) -> dict[str, dict]:
+    """``{relative path: {"size": bytes, "sha256": hex}}`` of a shard's files (:func:`_shard_files`)."""
+    return {rel: {"size": p.stat().st_size, "sha256": file_sha256(p)} for rel, p in _shard_files(root).items()}
 
-    ``digests=False`` compares sizes only (cheap; what readers do). A shard without a manifest (written before
-    manifests existed) is reported only when ``digests`` is set: readers accept it, a rerun redoes it."""
+
+def shard_problem(out_dir: str | Path, name: str) -> str | None:
+    """Why shard ``name`` cannot be used (missing, no manifest, a file missing or extra, a size or SHA-256 that
+    differs from the manifest's), or None. Sizes are compared first: a truncated shard is not hashed."""
     final = shard_path(out_dir, name)
     if not final.exists():
         return "missing"
     mpath = _manifest_path(final)
     if not mpath.is_file():
-        return "no manifest to check it against" if digests else None
+        return "no manifest to check it against"
     try:
         want = json.loads(mpath.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
+        want = None
+    if not isinstance(want, dict) or not all(isinstance(w, dict) for w in want.values()):
         return f"its manifest {mpath} is damaged"
-    got = _describe_files(final, digests)
+    got = _shard_files(final)
     for rel in sorted(set(want) | set(got)):
-        w, g = want.get(rel), got.get(rel)
-        if w is None or g is None:
-            return f"file {rel} {'is missing' if g is None else 'is not in the manifest'}"
-        if w.get("size") != g["size"]:
-            return f"file {rel} has {g['size']} bytes, {w.get('size')} were written"
-        if digests and w.get("sha256") != g["sha256"]:
+        if rel not in want or rel not in got:
+            return f"file {rel} {'is missing' if rel not in got else 'is not in the manifest'}"
+        size = got[rel].stat().st_size
+        if want[rel].get("size") != size:
+            return f"file {rel} has {size} bytes, {want[rel].get('size')} were written"
+    for rel in sorted(want):
+        if want[rel].get("sha256") != file_sha256(got[rel]):
             return f"file {rel} changed since it was written (SHA-256 differs)"
     return None
 
@@ -218,14 +243,31 @@ def recorded_digest(final: str | Path) -> str | None:
     return hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()
 
 
+_VERIFIED: dict[str, tuple] = {}  # shard path -> the files' stat signature when this process verified it
+
+
+def _signature(final: Path) -> tuple:
+    """What changes when a shard or its manifest is rewritten: every file's size, mtime and inode."""
+    return tuple((str(p), (st := p.stat()).st_size, st.st_mtime_ns, st.st_ino)
+                 for p in [_manifest_path(final), *_shard_files(final).values()] if p.exists())
+
+
 def check_shard(out_dir: str | Path, name: str, fix: str) -> bool:
-    """For readers: True when shard ``name`` is finished, False when it is not there yet; a damaged shard
-    raises :class:`ForesightError` naming it (``fix`` says how to redo it)."""
-    problem = shard_problem(out_dir, name, digests=False)
+    """For readers: True when shard ``name`` is finished, False when it is not there yet; a damaged shard (a file's
+    size or SHA-256 differs from its manifest, or no manifest vouches for it) raises :class:`ForesightError` naming it
+    (``fix`` says how to redo it). A shard is hashed once per process, again only when its files change."""
+    final = shard_path(out_dir, name)
+    if not final.exists():
+        return False
+    signature = _signature(final)
+    if _VERIFIED.get(str(final)) == signature:
+        return True
+    problem = shard_problem(out_dir, name)
     if problem == "missing":
         return False
     if problem:
-        raise ForesightError(f"shard {shard_path(out_dir, name)} is damaged ({problem}); {fix}")
+        raise ForesightError(f"shard {final} is damaged ({problem}); {fix}")
+    _VERIFIED[str(final)] = signature
     return True
 
 
@@ -254,14 +296,15 @@ def atomic_output(final: Path) -> Iterator[Path]:
     if tmp.exists():
         _remove(tmp)
     try:
-        yield tmp
-        manifest = {"shard": final.name, "files": _describe_files(tmp, digests=True)}
-        mpath = _manifest_path(final)
-        mpath.parent.mkdir(exist_ok=True)
-        atomic_write_text(mpath, json.dumps(manifest, indent=1, sort_keys=True))
-        if final.exists():  # a damaged shard being redone by a caller that did not remove it
-            _remove(final)
-        os.replace(tmp, final)
+        with writing(final):  # a full disk: one line naming the shard, and no temporary left
+            yield tmp
+            manifest = {"shard": final.name, "files": _describe_files(tmp)}
+            mpath = _manifest_path(final)
+            mpath.parent.mkdir(exist_ok=True)
+            atomic_write_text(mpath, json.dumps(manifest, indent=1, sort_keys=True))
+            if final.exists():  # a damaged shard being redone by a caller that did not remove it
+                _remove(final)
+            os.replace(tmp, final)
     finally:
         if tmp.exists():
             _remove(tmp)

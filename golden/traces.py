@@ -25,6 +25,7 @@ from foresight.data import Problem
 from foresight.errors import ForesightError
 from foresight.generation import eos_token_ids, generate
 from foresight.fingerprint import weights_dtype
+from foresight.limits import check_new_tokens, check_planned
 from foresight.models import model_fingerprint
 from foresight.prompts import build_prompt, load_template
 from golden.sharding import (
@@ -37,10 +38,12 @@ from golden.sharding import (
     rank_world,
     read_plan,
     shard_path,
+    sharded_output,
     unfinished_shards,
 )
 
 PLAN_KIND = "foresight-traces"
+TRACES_OUTPUT = sharded_output("trace")
 _REDO = "rerun the same `foresight trace` command to redo it"
 
 
@@ -125,7 +128,10 @@ def generate_traces(
         raise ForesightError("problem ids must be unique")
     if not problems:
         raise ForesightError("no problems to trace")
+    check_planned(len(problems), samples, first_sample, ("samples", "first_sample"))
     template_text = load_template(template)
+    prompt_ids = {p.id: tokenizer(build_prompt(tokenizer, p.problem, template_text))["input_ids"] for p in problems}
+    check_new_tokens(model, max(map(len, prompt_ids.values())), max_new_tokens, "max_new_tokens")  # before any write
     settings = {
         "samples": samples,
         "max_new_tokens": max_new_tokens,
@@ -153,7 +159,7 @@ def generate_traces(
     }
     out = Path(out_dir)
     rank, world = rank_world()  # before anything is written
-    ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units", "dtype"),
+    ensure_plan(out, plan, "traces", ("fingerprint", "settings", "batch_size", "units", "dtype"), TRACES_OUTPUT,
                 units_from="--data, --limit, --samples, --first-sample and --batch-size")
     mine = my_units(len(units), rank, world)
     clean_stale(out, [_shard_name(i) for i in mine])
@@ -169,7 +175,7 @@ def generate_traces(
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc=desc, unit="shard", disable=not progress)
     for i in todo:
         unit = units[i]
-        prompts = [tokenizer(build_prompt(tokenizer, p.problem, template_text))["input_ids"] for p, _ in unit]
+        prompts = [prompt_ids[p.id] for p, _ in unit]
         res = generate(
             model,
             tokenizer,

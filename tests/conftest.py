@@ -49,9 +49,9 @@ def kill_while_writing(monkeypatch, name_part: str) -> None:
 
 @contextlib.contextmanager
 def run_in_progress(out_dir: Path):
-    """Another process holds ``out_dir``'s run lock (:mod:`training.run_lock`: a training run on it in progress); it
+    """Another process holds ``out_dir``'s run lock (:mod:`foresight.run_lock`: a run on it in progress); it
     is killed (-9) on exit, as a run that dies."""
-    from training.run_lock import lock_path
+    from foresight.run_lock import lock_path
 
     code = ("import sys; from filelock import FileLock; lock = FileLock(sys.argv[1]); lock.acquire(); "
             "print('held', flush=True); sys.stdin.read()")
@@ -72,6 +72,15 @@ def get_model(name: str):
 
         _CACHE[name] = foresight.load_model(name, device="cpu")
     return _CACHE[name]
+
+
+def trace_dir(out: Path) -> Path:
+    """``foresight trace`` output at ``out``: two synthetic problems, one 40-token tiny-llama sample each."""
+    from foresight.cli import main
+
+    assert main(["trace", "--model", "tiny-llama", "--data", "synthetic", "--limit", "2", "--max-new-tokens", "40",
+                 "--batch-size", "2", "--out", str(out), "--no-progress"]) == 0
+    return out
 
 
 def save_random_traces(model, path, lengths, seed: int = 3, prompt_len: int = 10, prefix: str = "p") -> dict[str, list]:

@@ -34,7 +34,8 @@ def _run(root: Path, values, *, extra=None, config=None, as_checkpoint=False, **
         step = root / "checkpoints" / "step_000030"
         step.mkdir(parents=True)
         settings = {**cfg, "world_size": 2, "anchor_weight": 0.0, "traces": "digest-t", "scorer": "digest-s"}
-        (step / "checkpoint.json").write_text(json.dumps({"format": "foresight-checkpoint/1", "settings": settings}))
+        (step / "checkpoint.json").write_text(json.dumps({"format": "foresight-checkpoint/1", "step": 30,
+                                                          "settings": settings}))
     else:
         (root / "adapter").mkdir()
         meta = {"format": "foresight-adapter/1", "scorer_sha256": "sha-s", "traces": cfg["traces"], "config": cfg}

@@ -8,6 +8,7 @@ that no traceback escapes the real entry point. Damaged shards are redone on rer
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -17,6 +18,7 @@ import pytest
 import torch
 
 from foresight.cli import build_parser, main
+from foresight.outputs import MARKER
 
 REPO = Path(__file__).resolve().parents[1]
 DS = str(REPO / "configs" / "deepspeed" / "zero0.json")
@@ -59,6 +61,7 @@ def inputs(tmp_path_factory) -> dict[str, Path]:
     _truncate(p["scorer_cut"] / "model.safetensors")
     for name, text in {"plan_list": "[]", "plan_keys": '{"kind": "foresight-traces"}', "plan_json": "{oops"}.items():
         shutil.copytree(p["traces"], root / name)
+        (root / name / MARKER).unlink()  # a directory of any sharded kind, made before output markers
         (root / name / "plan.json").write_text(text)
         p[name] = root / name
     files = {
@@ -278,12 +281,15 @@ def _snapshot(*roots: Path) -> dict[str, str]:
 def test_bad_input_is_one_line_exit_2(inputs, tmp_path, capsys, case, argv, names):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "earlier-result.json").write_text('{"keep": true}\n')  # what an earlier run left there
+    p = {**inputs, "out": out}
+    args = argv(p)
+    kind = " ".join(args[:2]) if args[0] in ("eval", "train") else args[0]
+    (out / MARKER).write_text(json.dumps({"format": "foresight-output/1", "kind": kind}))  # an earlier run's output
+    earlier = "README.md" if kind == "export" else "earlier-result.json"  # --overwrite replaces an export's own files
+    (out / earlier).write_text('{"keep": true}\n')  # what an earlier run left there
     if case == "aime-damaged-settings":  # an earlier, interrupted `eval aime` whose settings file was damaged
         (out / "samples-rank0.jsonl").write_text('{"problem_id": "synthetic-0", "sample": 0}\n')
         (out / "settings.json").write_text('{"model": "tiny-llama", ')
-    p = {**inputs, "out": out}
-    args = argv(p)
     watched = [out, inputs["traces"], inputs["labels"], *(Path(a) for a in args if a.startswith(str(inputs["root"])))]
     before = _snapshot(*watched)
     rc = main(args)

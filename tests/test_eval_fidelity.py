@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from evaluation.fidelity import FIELDS, evaluate_fidelity, pooled_delta_se
+from evaluation.fidelity_journal import record_checksum
 from foresight.errors import ForesightError
 from foresight.cli import main
 from tests.conftest import Killed, kill_while_writing, save_random_traces
@@ -199,8 +200,12 @@ def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path,
         evaluate_fidelity(copy.deepcopy(copy_model).to(torch.bfloat16), copy_traces, ["random"], [12], 4,
                           journal=journal)
     header, first = before.splitlines()[:2]
-    moved = json.loads(first)  # batch 0's sums, moved by hand to batch 1: reused as its traces' before
-    journal.write_text("\n".join([header, json.dumps({**moved, "start": 1})]) + "\n")
+    moved = {**json.loads(first), "start": 1}  # batch 0's sums, moved by hand to batch 1: reused as its traces' before
+    journal.write_text("\n".join([header, json.dumps(moved)]) + "\n")
+    with pytest.raises(ForesightError, match="line 2 was changed since it was written"):  # its checksum tells
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
+    moved["sha256"] = record_checksum(moved)  # a checksum made anew: the record is still not batch 1's
+    journal.write_text("\n".join([header, json.dumps(moved)]) + "\n")
     with pytest.raises(ForesightError, match="batch starting at trace 1 holds a row of random@12 that is not one of"):
         evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal)
     journal.write_text(header + '\n{"note": 1}\n')  # valid JSON, not a record: was a KeyError (exit 1)
@@ -214,12 +219,13 @@ def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path,
 def _golden_dir(path, labels: dict, alpha_scale: float = 1.0):
     """A `foresight golden` output directory (plan, shards, manifests) holding ``labels``, alphas scaled."""
     from golden.labels import EventLabel, TraceLabels, save_labels
+    from golden.pipeline import GOLDEN_OUTPUT
     from golden.sharding import atomic_output, ensure_plan, shard_path
 
     ids = sorted(labels)
     units = [{"shard": f"labels-{u:05d}.safetensors", "trace_ids": ids[i : i + 2]}
              for u, i in enumerate(range(0, len(ids), 2))]
-    ensure_plan(path, {"kind": "foresight-golden", "units": units}, "golden labels", ())
+    ensure_plan(path, {"kind": "foresight-golden", "units": units}, "golden labels", (), GOLDEN_OUTPUT)
     for unit in units:
         with atomic_output(shard_path(path, unit["shard"])) as tmp:
             save_labels(tmp, [TraceLabels(t, labels[t].budget, labels[t].interval, labels[t].fingerprint,
@@ -469,8 +475,12 @@ def test_cli_reruns_the_same_evaluation_into_its_out(trace_dir, tmp_path, capsys
 
 @pytest.mark.parametrize("damage", ["corrupt", "no settings"])
 def test_cli_refuses_an_out_whose_fidelity_json_is_unreadable(trace_dir, tmp_path, capsys, damage):
+    from evaluation.report import FIDELITY_OUTPUT
+    from foresight.outputs import write_marker
+
     out = tmp_path / "fid"
     out.mkdir()
+    write_marker(out, FIDELITY_OUTPUT)  # an earlier evaluation's directory, its results damaged
     (out / "fidelity.json").write_text('[{"policy": ' if damage == "corrupt" else "[]\n")
     before = (out / "fidelity.json").read_bytes()
     assert main(_fid_args(trace_dir, out, "--interval", "8")) == 2

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import foresight
+from foresight.errors import ForesightError
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model
 
@@ -134,7 +135,8 @@ def test_cli_lists_grpo_and_rejects_bad_keys(tiny_grpo, capsys):
 
 def test_a_fresh_run_removes_an_earlier_runs_summary_first(tiny_grpo, tmp_path, monkeypatch):
     """A fresh run into an out_dir without checkpoints left the earlier run's summary.json until its own end: one
-    that failed after saving its artefact left a summary whose numbers export quoted for the new weights."""
+    that failed after saving its artefact left a summary whose numbers export quoted for the new weights. A finished
+    run is now refused without --overwrite, and an --overwrite run removes it before training."""
     import training.loop as loop
     from training.grpo import run_grpo
 
@@ -146,9 +148,11 @@ def test_a_fresh_run_removes_an_earlier_runs_summary_first(tiny_grpo, tmp_path, 
     def boom(*a, **k):
         raise RuntimeError("killed")
 
+    with pytest.raises(ForesightError, match="holds an earlier run"):  # kept, unless replaced on purpose
+        run_grpo(_cfg(tiny_grpo, out, steps=2, eval_before=False, lr=5e-2), model=model)
     monkeypatch.setattr(loop, "train", boom)
     with pytest.raises(RuntimeError, match="killed"):
-        run_grpo(_cfg(tiny_grpo, out, steps=2, eval_before=False, lr=5e-2), model=model)
+        run_grpo(_cfg(tiny_grpo, out, steps=2, eval_before=False, lr=5e-2), model=model, overwrite=True)
     assert not (out / "summary.json").exists()
 
 

@@ -61,7 +61,7 @@ def test_the_exit_status_follows_the_first_failure(tmp_path, capsys):
     (tmp_path / "rank-1.txt").write_text("foresight train: error: x\n")
     (tmp_path / "rank-0.txt").write_text("foresight train: error: x\nforesight train: error: y\n")
     assert _report_failure(_failure(0, 2), tmp_path) == 2  # ranks stopped after it are its consequence
-    assert capsys.readouterr().err.splitlines() == ["foresight train: error: x", "foresight train: error: y"]
+    assert capsys.readouterr().err == ""  # the ranks printed their lines themselves
     assert _report_failure(_failure(1, 1), tmp_path) == 1  # an internal error: its line, status 1
     empty = tmp_path / "none"
     empty.mkdir()
@@ -70,13 +70,20 @@ def test_the_exit_status_follows_the_first_failure(tmp_path, capsys):
                                                        "signal 9; see its output above)")
 
 
-def test_report_writes_to_the_launchers_directory_in_a_rank(tmp_path, monkeypatch, capsys):
+def test_report_prints_and_records_in_a_rank(tmp_path, monkeypatch, capsys):
+    """FORESIGHT_ERROR_DIR never swallows the line: it is printed and recorded; a line another rank already said is
+    recorded only (one line for a refusal every rank meets)."""
     report("plain")
     assert capsys.readouterr().err == "plain\n"
     monkeypatch.setenv(ERROR_DIR, str(tmp_path))
     monkeypatch.setenv("RANK", "3")
     report("in a rank")
-    assert capsys.readouterr().err == "" and (tmp_path / "rank-3.txt").read_text() == "in a rank\n"
+    assert capsys.readouterr().err == "in a rank\n" and (tmp_path / "rank-3.txt").read_text() == "in a rank\n"
+    monkeypatch.setenv("RANK", "1")
+    report("in a rank")
+    report("another")
+    assert capsys.readouterr().err == "another\n"
+    assert (tmp_path / "rank-1.txt").read_text() == "in a rank\nanother\n"
 
 
 @pytest.mark.parametrize("port", ["0", "70000", "x"])

@@ -18,6 +18,7 @@ import foresight
 from foresight.cli import main
 from foresight.errors import ForesightError
 from foresight.fingerprint import ModelMismatchError, check_same_model, fingerprint_diff
+from foresight.outputs import MARKER
 from tests.conftest import get_model
 
 B, W = 16, 4
@@ -348,12 +349,12 @@ def test_export_refuses_to_overwrite_and_replaces_atomically(llama_scorer, tmp_p
     monkeypatch.setattr(export, "export_onnx", boom)
     assert main(["export", str(llama_scorer), "--out", str(out), "--onnx", "--overwrite"]) == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # a failed export leaves the old one whole
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "results", "scorer"]  # no temp left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".export.lock", "export", "results", "scorer"]  # no temp
 
     assert main(["export", str(llama_scorer), "--out", str(out), "--overwrite"]) == 0
     names = {p.name for p in out.iterdir()}
-    assert names == {"config.json", "model.safetensors", "README.md"}  # nothing of the earlier export beside it
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["export", "results", "scorer"]
+    assert names == {MARKER, "config.json", "model.safetensors", "README.md"}  # nothing of the earlier export beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".export.lock", "export", "results", "scorer"]
     assert main(["export", str(tmp_path), "--out", str(tmp_path), "--overwrite"]) == 2  # would delete the source
     assert "holds the source scorer" in capsys.readouterr().err
 

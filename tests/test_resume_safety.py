@@ -263,14 +263,14 @@ def test_damaged_checkpoint_file_is_named(stopped, tiny_data, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# One run per out_dir (training/run_lock.py)
+# One run per out_dir (foresight/run_lock.py)
 # ---------------------------------------------------------------------------------------------------------------
 
 
 def _lock_is_free(out: Path) -> bool:
     from filelock import FileLock, Timeout
 
-    from training.run_lock import lock_path
+    from foresight.run_lock import lock_path
 
     lock = FileLock(str(lock_path(out)), blocking=False)
     try:
@@ -330,14 +330,13 @@ def test_the_lock_is_released_when_a_run_ends_or_dies(tiny_data, tmp_path, monke
 def test_only_rank_0_takes_the_lock_and_it_is_reentrant(tmp_path):
     """The ranks of one run share its out_dir: a rank other than 0 never contends for the lock (rank 0 answers for
     the run); a process that holds it may enter again (run_sl around run_task)."""
-    from training.distributed import DistInfo
-    from training.run_lock import locked_out_dir
+    from training.distributed import DistInfo, out_dir_lock
 
     out = tmp_path / "run"
-    with run_in_progress(out), locked_out_dir(out, DistInfo(1, 2, 1, torch.device("cpu"))):
+    with run_in_progress(out), out_dir_lock(out, DistInfo(1, 2, 1, torch.device("cpu"))):
         pass
     rank0 = DistInfo(0, 1, 0, torch.device("cpu"))
-    with locked_out_dir(out, rank0), locked_out_dir(tmp_path / "." / "run", rank0):
+    with out_dir_lock(out, rank0), out_dir_lock(tmp_path / "." / "run", rank0):
         assert not _lock_is_free(out)
     assert _lock_is_free(out) and not out.exists()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -409,12 +410,18 @@ def test_train_resume_equals_uninterrupted_and_nan_steps_are_skipped(tiny_data, 
 
 def test_a_fresh_run_in_a_used_out_dir_logs_only_its_own_metrics(tiny_data, tmp_path):
     """Without --resume a run starts afresh: metrics.jsonl must not keep an earlier run's records (a reader by step
-    would mix the two runs' curves)."""
+    would mix the two runs' curves), neither one of a run that died before its end (no scorer, no summary) nor, with
+    --overwrite, one of a finished run."""
     from training.logging import read_metrics
     from training.sl import run_sl
 
     run_sl(_cfg(tiny_data, tmp_path / "run", steps=4))
-    run_sl(_cfg(tiny_data, tmp_path / "run", steps=2, lr=0.5))
+    shutil.rmtree(tmp_path / "run" / "scorer")
+    (tmp_path / "run" / "summary.json").unlink()  # as a run killed in its final evaluation leaves it
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=3, lr=0.5))
+    recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in recs] == [("train", 1), ("train", 2), ("train", 3), ("eval", 3)]
+    run_sl(_cfg(tiny_data, tmp_path / "run", steps=2, lr=0.5), overwrite=True)
     recs = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert [(r["kind"], r["step"]) for r in recs] == [("train", 1), ("train", 2), ("eval", 2)]
 

@@ -39,12 +39,13 @@ from foresight.adapters import (ADAPTER_WEIGHTS, TRAINING_META, AdapterError, ad
 from foresight.atomic import atomic_directory
 from foresight.errors import ForesightError
 from foresight.fingerprint import check_same_model, file_sha256, model_fingerprint
+from foresight.limits import kv_bytes_per_token
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer
 from golden.traces import load_traces
 from training.adapt_config import AdaptConfig
 from training.adapt_student import EvictedStudent, distillation_loss
 from training.digests import digest_files, digest_rows
-from training.loop import evaluate_before, run_task, task_model
+from training.loop import check_step_memory, evaluate_before, run_task, task_model
 from training.provenance import split_problems, stamp
 
 
@@ -166,6 +167,10 @@ class AdaptTask:
             if "adapter" in start:  # alternation: the runtime's scorer check sees the init adapter's model
                 base.config.foresight_adapter = start["adapter"]
         self.train_rows, self.val_rows = data.train_rows, data.val_rows
+        # a trace's step keeps, for its backward, its cache and the student's and teacher's logits at every position
+        longest = max((len(r["input_ids"]) for r in self.train_rows), default=0)
+        vocab = base.get_input_embeddings().num_embeddings
+        check_step_memory(cfg, dist, longest * (kv_bytes_per_token(base) + 2 * 4 * vocab))
         lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                           target_modules=list(cfg.target_modules), bias="none")
         try:
@@ -266,16 +271,16 @@ class AdaptTask:
         return Path(path)
 
 
-def run_adapt(cfg: AdaptConfig, resume: bool = False, model=None) -> dict[str, Any]:
+def run_adapt(cfg: AdaptConfig, resume: bool = False, model=None, overwrite: bool = False) -> dict[str, Any]:
     """KL distillation of the LM under eviction into a LoRA adapter; writes ``<out_dir>/adapter`` and
-    ``summary.json``."""
+    ``summary.json`` (``overwrite``: replacing an earlier run there)."""
     return run_task(
         cfg, AdaptData, lambda dist, data: AdaptTask(cfg, dist, model=model, data=data), resume=resume,
         describe=lambda task: (f"adapt: {len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces, "
                                f"policy {cfg.policy} B={cfg.budget} W={cfg.interval}, LoRA r={cfg.lora_r} on "
                                f"{', '.join(cfg.target_modules)} "
                                f"({sum(p.numel() for p in task.module.parameters()):,} weights)"),
-        before_train=evaluate_before(cfg, resume),
+        before_train=evaluate_before(cfg, resume), overwrite=overwrite,
     )
 
 

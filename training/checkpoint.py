@@ -45,7 +45,7 @@ from pathlib import Path
 
 import torch
 
-from foresight.atomic import atomic_write_text, fsync_path
+from foresight.atomic import atomic_write_text, fsync_path, writing
 from foresight.errors import ForesightError
 from foresight.fingerprint import file_sha256
 from training.distributed import barrier
@@ -75,14 +75,12 @@ def _rank_file(rank: int) -> str:
 
 
 def _complete(root: Path) -> list[tuple[int, Path]]:
+    """``(step, directory)`` of every ``step_<digits>`` directory with a manifest, oldest first."""
     out = []
     for p in root.glob("step_*") if root.is_dir() else []:
-        try:
-            step = int(p.name.split("_")[-1])
-        except ValueError:
-            continue
-        if (p / MANIFEST).is_file():
-            out.append((step, p))
+        digits = p.name.removeprefix("step_")
+        if digits.isascii() and digits.isdigit() and (p / MANIFEST).is_file():
+            out.append((int(digits), p))
     return sorted(out)
 
 
@@ -100,8 +98,8 @@ def refuse_fresh(out_dir: str | Path) -> None:
     if step is not None:
         root = checkpoint_root(out_dir)
         raise ForesightError(f"out_dir {out_dir} holds the checkpoints of an earlier run (newest: "
-                             f"{root / tag_for(step)}); pass --resume to continue it, or choose another out_dir "
-                             f"or remove {root}")
+                             f"{root / tag_for(step)}); pass --resume to continue it, --overwrite to replace it, or "
+                             "choose another out_dir")
 
 
 def find_latest(out_dir: str | Path, who: str = "--resume") -> tuple[Path, dict]:
@@ -114,17 +112,35 @@ def find_latest(out_dir: str | Path, who: str = "--resume") -> tuple[Path, dict]
             raise ForesightError(f"{who}: the checkpoints under {root} are in DeepSpeed's pickle format, which "
                                  "is never loaded (unpickling can run code); start again in a fresh out_dir")
         raise ForesightError(f"{who}: no checkpoint under {root}")
-    path = found[-1][1]
-    return path, _read_json(path / MANIFEST, who)
+    step, path = found[-1]
+    return path, _read_json(path / MANIFEST, who, step)
 
 
-def _read_json(path: Path, who: str) -> dict:
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _read_json(path: Path, who: str, step: int) -> dict:
+    """The manifest at ``path`` of the checkpoint of ``step`` (its directory's name): its own ``step`` must be that
+    one, and its counters whole numbers no larger (an edited ``"step": -5`` or ``1e30`` is never resumed from)."""
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ForesightError(f"{who}: {path} is not a readable checkpoint manifest ({exc})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("settings"), dict):
         raise ForesightError(f"{who}: {path} is not a {FORMAT} manifest")
+    if data.get("step") != step or not _count(data.get("step")):
+        raise ForesightError(f"{who}: {path} records step {data.get('step')!r}, but it is the checkpoint of step "
+                             f"{step} ({path.parent.name}); it was edited or damaged: delete {path.parent} to resume "
+                             "from the previous checkpoint")
+    engine = data.get("engine", {})
+    bad = ([f"{data.get('skipped')!r} skipped steps"] if not _count(data.get("skipped", 0))
+           or data.get("skipped", 0) > step else [])
+    bad += ["engine counters that are not whole numbers"] if not isinstance(engine, dict) or not all(
+        _count(v) for v in engine.values()) else []
+    if bad:
+        raise ForesightError(f"{who}: {path} records {bad[0]} at step {step}; it was edited or damaged: delete "
+                             f"{path.parent} to resume from the previous checkpoint")
     return data
 
 
@@ -151,7 +167,24 @@ def _files(directory: Path) -> list[Path]:
 
 def save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict, is_main: bool,
          keep_last: int = 0) -> Path:
-    """Write checkpoint ``step`` atomically (collective: every rank must call it)."""
+    """Write checkpoint ``step`` atomically (collective: every rank must call it). An error (a full disk: one line
+    naming the checkpoint, :func:`foresight.atomic.writing`) removes this rank's part of the unfinished checkpoint,
+    rank 0 the whole ``.tmp-step_*`` directory."""
+    tmp = checkpoint_root(out_dir) / f".tmp-{tag_for(step)}"
+    try:
+        with writing(tmp.with_name(tag_for(step))):
+            return _save(engine, out_dir, step, counters, settings, is_main, keep_last)
+    except BaseException:
+        rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
+        (tmp / _rank_file(rank)).unlink(missing_ok=True)
+        if is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _save(engine, out_dir: str | Path, step: int, counters: dict, settings: dict, is_main: bool,
+          keep_last: int) -> Path:
+    """:func:`save`'s writes."""
     stage = _zero_stage(engine)
     rank = int(torch.distributed.get_rank()) if torch.distributed.is_initialized() else 0
     root = checkpoint_root(out_dir)

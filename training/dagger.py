@@ -57,14 +57,14 @@ from foresight.errors import ForesightError
 from foresight.scorer import Scorer
 from training import checkpoint as ckpt
 from training.digests import digest
-from training.distributed import barrier, init_distributed, load_ds_config
+from training.distributed import barrier, init_distributed, load_ds_config, out_dir_lock
 from training.logging import MetricsLogger
 from training.loop import resume_settings, train
+from training.out_dir import FEATURES, make_out_dir, refuse_fresh as refuse_earlier_run
 from training.event_files import (check_free_space, concat_events, events_bytes, join_events, load_events,
                                   repack_events, save_events, saved_metadata)
 from training.onpolicy import ROWS_FORMAT, collect_onpolicy_events
 from training.packed_events import PACKED_LAYOUT
-from training.run_lock import locked_out_dir
 from training.settings_check import check_settings, plain
 
 ROUNDS = "rounds"
@@ -218,17 +218,18 @@ def _check(cfg, settings: dict, complete: bool = True) -> tuple[dict, int | None
 
 
 def refuse_fresh(out: Path) -> None:
-    """A run without ``--resume`` (plain or DAgger: :func:`training.sl.run_sl` calls this for both) refuses an
-    ``out_dir`` that holds an earlier run: a plain run's checkpoints (:func:`training.checkpoint.refuse_fresh`), or a
-    DAgger run's ``rounds/``, whose recorded rows and finished rounds are hours of work. A DAgger run would remove
-    them and a plain run would leave them beside a scorer they did not make; either is the user's decision, not a
-    forgotten flag's."""
-    ckpt.refuse_fresh(out)
+    """A run without ``--resume`` or ``--overwrite`` (plain or DAgger: :func:`training.sl.run_sl` calls this for both)
+    refuses an ``out_dir`` that holds an earlier run: a plain run's checkpoints or finished scorer
+    (:func:`training.out_dir.refuse_fresh`), or a DAgger run's ``rounds/``, whose recorded rows and finished rounds are
+    hours of work. A DAgger run would remove them and a plain run would leave them beside a scorer they did not make;
+    either is the user's decision, not a forgotten flag's."""
+    out = Path(out)
     rounds = out / ROUNDS
     if (rounds / STATE).is_file():
         done = sum(_finished(out, r) is not None for r in range(len(list(rounds.glob("round-*")))))
         raise ForesightError(f"out_dir {out} holds an earlier DAgger run ({rounds}: {done} finished round(s)); pass "
-                             f"--resume to continue it, or choose another out_dir or remove {rounds}")
+                             "--resume to continue it, --overwrite to replace it, or choose another out_dir")
+    refuse_earlier_run(out)
 
 
 def _start(cfg, dist, resume: bool, settings: dict) -> None:
@@ -255,20 +256,21 @@ def _start(cfg, dist, resume: bool, settings: dict) -> None:
 
 
 def run_dagger(cfg, load_data: Callable[[Any], Any], make_task: Callable[[Any, Any, Any], Any],
-               resume: bool = False) -> dict[str, Any]:
+               resume: bool = False, overwrite: bool = False) -> dict[str, Any]:
     """Distillation followed by ``cfg.dagger_rounds`` on-policy rounds; see the module docstring.
 
     ``cfg`` is the :class:`~training.sl.SLConfig`; ``load_data(cfg)`` loads the split and labels without the model
     (:class:`~training.sl.SLData`: a resume is checked against its digests before the model loads);
     ``make_task(dist, cfg, data)`` builds the :class:`~training.sl.SLTask` on it (round 0's rows, frozen model;
     ``init_scorer()`` builds a fresh scorer on its ``train`` rows). Passed in by :func:`training.sl.run_sl`, so
-    this module sits below it. The whole run holds ``out_dir``'s lock (:func:`training.run_lock.locked_out_dir`)."""
+    this module sits below it. ``overwrite`` replaces an earlier run in ``out_dir`` once the data has loaded. The
+    whole run holds ``out_dir``'s lock (:func:`training.distributed.out_dir_lock`)."""
     dist = init_distributed(cfg.device)
-    with locked_out_dir(cfg.out_dir, dist):
-        return _run_dagger(cfg, dist, load_data, make_task, resume)
+    with out_dir_lock(cfg.out_dir, dist):
+        return _run_dagger(cfg, dist, load_data, make_task, resume, overwrite)
 
 
-def _run_dagger(cfg, dist, load_data, make_task, resume: bool) -> dict[str, Any]:
+def _run_dagger(cfg, dist, load_data, make_task, resume: bool, overwrite: bool) -> dict[str, Any]:
     """:func:`run_dagger` under the lock."""
     out = Path(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
@@ -283,8 +285,9 @@ def _run_dagger(cfg, dist, load_data, make_task, resume: bool) -> dict[str, Any]
         if lab.foresight is None and not lab.foresight_file:
             lab.load_foresight()  # raises the one-line request to regenerate them
     torch.manual_seed(cfg.seed)
-    base = replace(cfg, feature_cache=cfg.feature_cache or str(out / "features"))
+    base = replace(cfg, feature_cache=cfg.feature_cache or str(out / FEATURES))
     task = make_task(dist, base, data)
+    make_out_dir(cfg, dist, overwrite)  # the task's checks passed: a refused run replaces nothing
     # rows of every round still to record fit on the disk (a fresh run removes the old ones): before writing anything
     check_disk(task, base, range(1, cfg.dagger_rounds + 1), reuse=resume)
     _start(cfg, dist, resume, resume_settings(cfg, dist.world_size, ds_config, task))
@@ -295,8 +298,8 @@ def _run_dagger(cfg, dist, load_data, make_task, resume: bool) -> dict[str, Any]
     first_open = next((r for r, d in enumerate(done) if d is None), len(done))
     logger.truncate(first_open * cfg.steps if resume else -1)  # no round's record twice
     if dist.is_main:
-        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
-                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
+        _write_json(out / "split.json", {"train": [r["trace_id"] for r in task.train_rows],
+                                         "heldout": [r["trace_id"] for r in task.val_rows]})
         print(f"[foresight] DAgger: {cfg.dagger_rounds} round(s) after distillation, beta={cfg.dagger_beta}; "
               f"{len(task.train_rows)} train traces, {len(task.val_rows)} held-out traces", flush=True)
     golden, used = task.train, 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,15 +27,19 @@ from evaluation.export import export_scorer
 from evaluation.fidelity import evaluate_fidelity
 from evaluation.policies import make_factory
 from evaluation.report import write_fidelity_outputs
-from foresight.config import check_output_dir
 from foresight.data import synthetic_problems
 from foresight.fingerprint import file_sha256
+from foresight.outputs import OutputKind, check_output, prepare_output_dir
 from foresight.scorer import WEIGHTS_NAME
 from golden.pipeline import label_traces
 from golden.traces import generate_traces, load_traces
 from training.grpo import GRPOConfig, run_grpo
 from training.sl import run_sl
 from training.sl_config import SLConfig
+
+#: The demo's output directory: one sub-directory per stage (each its own job's output) and the report.
+DEMO_OUTPUT = OutputKind("demo", ("demo_config.json", "traces", "golden", "sl", "grpo", "fidelity", "scorer_export",
+                                  "summary.json", "report.md"), (("demo_config.json",),))
 
 DEMO_POLICIES = ["full", "golden", "learned", "lazy", "h2o", "snapkv", "rkv", "tova", "streaming_llm", "random"]
 
@@ -93,11 +96,11 @@ def _done(t0: float) -> None:
 
 def run_demo(cfg: DemoConfig) -> dict:
     """Run every stage; returns the summary also written to ``<out_dir>/summary.json``."""
-    out = Path(check_output_dir(cfg.out_dir, "--out"))
+    check_output(cfg.out_dir, DEMO_OUTPUT)
     t_start = time.perf_counter()
     torch.manual_seed(cfg.seed)
     model, tok = foresight.load_model(cfg.model)  # a bad name is refused before anything is written
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_output_dir(cfg.out_dir, DEMO_OUTPUT)
     (out / "demo_config.json").write_text(json.dumps(asdict(cfg), indent=2))
 
     t0 = _stage(1, f"sampling reasoning traces for {cfg.problems} synthetic problems with {cfg.model}")
@@ -119,17 +122,15 @@ def run_demo(cfg: DemoConfig) -> dict:
 
     t0 = _stage(3, f"distilling the scorer ({cfg.sl_steps} steps), then GRPO ({cfg.grpo_steps} steps, "
                    f"G={cfg.grpo_group})")
-    for stage in ("sl", "grpo"):  # a rerun trains afresh (an earlier run's checkpoints would refuse a fresh run)
-        shutil.rmtree(out / stage, ignore_errors=True)
     common = dict(model=cfg.model, traces=str(traces_dir), budget=cfg.budget, interval=cfg.interval,
                   heldout=cfg.heldout, split_seed=cfg.seed, seed=cfg.seed, report_to="none")
     sl = run_sl(SLConfig(out_dir=str(out / "sl"), labels=str(golden_root / f"B{cfg.budget}_W{cfg.interval}"),
                          steps=cfg.sl_steps, lr=cfg.sl_lr, checkpoint_every=cfg.sl_steps, log_every=10,
-                         eval_fidelity=False, **common), model=model)
+                         eval_fidelity=False, **common), model=model, overwrite=True)  # a rerun trains afresh
     grpo = run_grpo(GRPOConfig(out_dir=str(out / "grpo"), init_scorer=sl["scorer"], steps=cfg.grpo_steps,
                                group_size=cfg.grpo_group, lr=cfg.grpo_lr, temperature=cfg.grpo_temperature,
                                checkpoint_every=cfg.grpo_steps,
-                               **common), model=model)
+                               **common), model=model, overwrite=True)
     _done(t0)
 
     t0 = _stage(4, f"fidelity on held-out traces: {', '.join(DEMO_POLICIES)} at B={cfg.budgets}")

@@ -12,6 +12,10 @@ On machines without CUDA (or with ``DS_ACCELERATOR=cpu``) DeepSpeed uses its CPU
 few minutes on CPU); ``TORCH_EXTENSIONS_DIR`` defaults to ``<foresight cache>/torch_extensions`` so that
 happens once per machine. We hand DeepSpeed a plain ``torch.optim.Adam`` (``zero_allow_untested_optimizer``),
 so no fused-Adam extension is compiled.
+
+The ranks meet (torch's ``env://`` rendezvous) within ``FORESIGHT_RENDEZVOUS_TIMEOUT`` seconds (default
+:data:`RENDEZVOUS_TIMEOUT`): ``RANK=0 WORLD_SIZE=2`` with no second rank is one line and exit status 2, not a wait
+forever. Only the meeting is bounded; collectives keep torch's own timeout.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -28,6 +33,12 @@ import torch.distributed as dist
 
 from foresight.errors import ForesightError
 from foresight.models import cache_dir
+from foresight.run_lock import locked_out_dir
+
+
+#: Seconds the ranks of a multi-process run have to meet (``FORESIGHT_RENDEZVOUS_TIMEOUT`` overrides it).
+RENDEZVOUS_TIMEOUT = 600
+RENDEZVOUS_ENV = "FORESIGHT_RENDEZVOUS_TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,8 @@ def init_distributed(device: str | None = None) -> DistInfo:
     import deepspeed  # optional (the `train` extra): only training needs it, and it is slow to import
 
     if not dist.is_initialized():
+        if int(os.environ["WORLD_SIZE"]) > 1:
+            _meet(backend)
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
@@ -79,6 +92,38 @@ def init_distributed(device: str | None = None) -> DistInfo:
     else:
         dev = torch.device("cpu")
     return DistInfo(rank, world, local_rank, dev)
+
+
+def rendezvous_timeout() -> float:
+    """Seconds the ranks have to meet: ``$FORESIGHT_RENDEZVOUS_TIMEOUT`` (a positive number) or
+    :data:`RENDEZVOUS_TIMEOUT`."""
+    text = os.environ.get(RENDEZVOUS_ENV, str(RENDEZVOUS_TIMEOUT))
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise ForesightError(f"{RENDEZVOUS_ENV}={text!r}: expected a number of seconds > 0")
+    return seconds
+
+
+def _meet(backend: str) -> None:
+    """Start the default process group through torch's ``env://`` rendezvous, bounded by :func:`rendezvous_timeout`:
+    a rank that no other joins (or that finds no rank 0) raises a :class:`ForesightError` naming ``RANK``,
+    ``WORLD_SIZE`` and the address. The store then takes torch's default timeout, which collectives keep."""
+    from torch.distributed.constants import default_pg_timeout
+
+    seconds = rendezvous_timeout()
+    rank, world = os.environ["RANK"], os.environ["WORLD_SIZE"]
+    where = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    try:
+        store, r, w = next(dist.rendezvous("env://", timeout=timedelta(seconds=seconds)))
+    except (RuntimeError, ValueError) as exc:  # DistStoreError / DistNetworkError are RuntimeErrors
+        raise ForesightError(f"RANK={rank} WORLD_SIZE={world}: the {world} ranks did not all meet at {where} within "
+                             f"{seconds:g} s ({RENDEZVOUS_ENV}; {type(exc).__name__}); start every rank (`foresight "
+                             "launch`, torchrun), or unset RANK and WORLD_SIZE to run one process") from None
+    store.set_timeout(default_pg_timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", store), rank=r, world_size=w)
 
 
 def shutdown_distributed() -> None:
@@ -138,6 +183,18 @@ def all_reduce(value: torch.Tensor, op: str = "sum") -> torch.Tensor:
 
 def _nccl_device() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
+
+
+def all_agree(ok: bool) -> bool:
+    """Whether ``ok`` holds on every rank (collective: every rank calls it; without a process group, ``ok``)."""
+    flag = torch.tensor([1.0 if ok else 0.0])
+    return bool(all_reduce(flag, "min").item() > 0)
+
+
+def out_dir_lock(out_dir: str | Path, dist: DistInfo):
+    """``out_dir``'s lock (:func:`foresight.run_lock.locked_out_dir`) for a training run: rank 0 takes it and every
+    rank learns its answer, so all ranks of a refused run refuse together (collective)."""
+    return locked_out_dir(out_dir, what="training run", is_main=dist.is_main, agree=all_agree)
 
 
 def barrier() -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from foresight.atomic import atomic_write_text
+from foresight.atomic import append_text, atomic_write_text
 
 REPORTERS = ("none", "wandb")
 
@@ -76,8 +76,7 @@ class MetricsLogger:
             return
         rec = {"step": int(step), "kind": kind, "time": round(time.time() - self._t0, 3)}
         rec.update({k: _plain(v) for k, v in metrics.items()})
-        with self.path.open("a") as f:
-            f.write(json.dumps(rec) + "\n")
+        append_text(self.path, json.dumps(rec) + "\n")
         if self._wandb is not None:
             try:
                 self._wandb.log({f"{kind}/{k}": v for k, v in rec.items() if isinstance(v, (int, float))}, step=step)

@@ -28,10 +28,13 @@ import torch
 from tqdm.auto import tqdm
 
 from foresight import load_model
+from foresight.atomic import atomic_write_text
+from foresight.limits import check_memory
 from training import checkpoint as ckpt
-from training.distributed import DistInfo, all_reduce, barrier, build_engine, init_distributed, load_ds_config
+from training.distributed import (DistInfo, all_reduce, barrier, build_engine, init_distributed, load_ds_config,
+                                  out_dir_lock)
 from training.logging import MetricsLogger
-from training.run_lock import locked_out_dir
+from training.out_dir import check_claim, make_out_dir
 from training.settings_check import check_settings
 from training.trainer_config import TrainerConfig, lr_lambda, resume_settings
 
@@ -218,6 +221,14 @@ def task_model(cfg: TrainerConfig, dist: DistInfo, model=None):
     return model
 
 
+def check_step_memory(cfg: TrainerConfig, dist: DistInfo, item_bytes: int, per: str = "", fix: str = "") -> None:
+    """Refuse, before any work, a ``micro_batch`` whose step needs more memory than this rank's device has free:
+    ``item_bytes`` is the task's estimate of one item's large tensors (``per``: what multiplies it besides
+    ``micro_batch``, e.g. `` x group_size=8``; ``fix``: what else to lower), :func:`foresight.limits.check_memory`."""
+    check_memory(cfg.micro_batch * item_bytes, run_device(cfg, dist), f"micro_batch={cfg.micro_batch}{per}",
+                 f"lower micro_batch{fix}")
+
+
 def run_device(cfg: TrainerConfig, dist: DistInfo):
     """The device this rank's model and task run on: ``cfg.device`` when set, else the rank's own."""
     return dist.device if cfg.device is None else cfg.device
@@ -240,13 +251,15 @@ def evaluate_before(cfg: TrainerConfig, resume: bool, name: str = "") -> Callabl
     return hook
 
 
-def check_out_dir(cfg: TrainerConfig, dist: DistInfo, resume: bool, data: TaskData | None = None) -> None:
-    """Refuse (``ForesightError``) a run that ``out_dir`` does not fit, before anything is loaded or written: a fresh
-    run where an earlier run's checkpoints are (a later ``--resume`` would continue them), a resume without a
+def check_out_dir(cfg: TrainerConfig, dist: DistInfo, resume: bool, data: TaskData | None = None,
+                  overwrite: bool = False) -> None:
+    """Refuse (``ForesightError``) a run that ``out_dir`` does not fit, before anything is loaded or written: another
+    kind's output or entries no training writes (:func:`foresight.outputs.check_output`), a fresh run where an
+    earlier run is (:func:`refuse_fresh`; ``overwrite`` replaces it, see :func:`make_out_dir`), a resume without a
     checkpoint, with other settings or with damaged files. Without ``data`` the settings of the config alone are
     compared (before the data loads); with it every setting, the data's content digests included."""
+    check_claim(cfg, resume, overwrite)
     if not resume:
-        ckpt.refuse_fresh(cfg.out_dir)
         return
     path, manifest = ckpt.find_latest(cfg.out_dir)
     ds_config = load_ds_config(cfg.deepspeed, micro_batch=cfg.micro_batch, grad_clip=cfg.grad_clip,
@@ -260,7 +273,8 @@ def check_out_dir(cfg: TrainerConfig, dist: DistInfo, resume: bool, data: TaskDa
 def run_task(cfg: TrainerConfig, load_data: Callable[[TrainerConfig], TaskData],
              make_task: Callable[[DistInfo, TaskData], Task], resume: bool = False,
              describe: Callable[[Task], str] | None = None,
-             before_train: Callable[[Task, MetricsLogger], dict] | None = None) -> dict[str, Any]:
+             before_train: Callable[[Task, MetricsLogger], dict] | None = None,
+             overwrite: bool = False) -> dict[str, Any]:
     """The shared life cycle of a trainer run (SL, GRPO, adapt): check ``out_dir`` against the run
     (:func:`check_out_dir`: the config first, the data once loaded, both before the model loads), set up ranks and
     logging, write ``split.json``, :func:`train` (which saves the final scorer before the final evaluation) and
@@ -268,23 +282,25 @@ def run_task(cfg: TrainerConfig, load_data: Callable[[TrainerConfig], TaskData],
 
     ``load_data(cfg)`` loads the split without the model; ``make_task(dist, data)`` builds the task on it (with
     ``train_rows``/``val_rows``); ``describe(task)`` is printed once; ``before_train(task, logger)`` may evaluate the
-    initial model (rank 0) and returns what goes into the summary as ``eval_before``. The whole run holds
-    ``out_dir``'s lock (:func:`training.run_lock.locked_out_dir`): a second run on it is refused at once.
+    initial model (rank 0) and returns what goes into the summary as ``eval_before``. ``overwrite`` replaces an
+    earlier run in ``out_dir`` (of the same trainer) once the data has loaded. The whole run holds ``out_dir``'s lock
+    (:func:`training.distributed.out_dir_lock`): a second run on it is refused at once.
     """
     dist = init_distributed(cfg.device)
-    with locked_out_dir(cfg.out_dir, dist):
-        return _run_task(cfg, dist, load_data, make_task, resume, describe, before_train)
+    with out_dir_lock(cfg.out_dir, dist):
+        return _run_task(cfg, dist, load_data, make_task, resume, describe, before_train, overwrite)
 
 
 def _run_task(cfg: TrainerConfig, dist: DistInfo, load_data, make_task, resume: bool, describe,
-              before_train) -> dict[str, Any]:
+              before_train, overwrite: bool) -> dict[str, Any]:
     """:func:`run_task` under the lock."""
-    check_out_dir(cfg, dist, resume)  # fail fast, before the (possibly long) data preparation
+    check_out_dir(cfg, dist, resume, overwrite=overwrite)  # fail fast, before the (possibly long) data preparation
     data = load_data(cfg)
     if resume:  # the data's digests too: a refused resume loads no model and writes nothing
         check_out_dir(cfg, dist, resume, data)
     torch.manual_seed(cfg.seed)
     task = make_task(dist, data)
+    make_out_dir(cfg, dist, overwrite)  # the task's checks passed: a refused run replaces nothing
     out = Path(cfg.out_dir)
     logger = MetricsLogger(out, enabled=dist.is_main, report_to=cfg.report_to, project=cfg.wandb_project,
                            run_name=cfg.run_name, run_config=cfg.to_dict())
@@ -292,11 +308,10 @@ def _run_task(cfg: TrainerConfig, dist: DistInfo, load_data, make_task, resume: 
         logger.truncate(-1)
     before: dict = {}
     if dist.is_main:
-        out.mkdir(parents=True, exist_ok=True)
         if not resume:  # an earlier run's summary would describe this run's artefact (export quotes it) until the end
             (out / "summary.json").unlink(missing_ok=True)
-        (out / "split.json").write_text(json.dumps({"train": [r["trace_id"] for r in task.train_rows],
-                                                    "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
+        atomic_write_text(out / "split.json", json.dumps({"train": [r["trace_id"] for r in task.train_rows],
+                                                          "heldout": [r["trace_id"] for r in task.val_rows]}, indent=1))
         if describe is not None:
             print(f"[foresight] {describe(task)}", flush=True)
         if before_train is not None:
@@ -308,5 +323,5 @@ def _run_task(cfg: TrainerConfig, dist: DistInfo, load_data, make_task, resume: 
             summary["eval_before"] = before
         if summary.get("finished"):  # train() wrote it before the final evaluation
             summary[artefact_name(task)] = str(out / artefact_name(task))
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     return summary

@@ -15,7 +15,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """``config`` names a validated dataclass with ``from_dict``; ``runner`` names ``run(config, resume)``, which
+    """``config`` names a validated dataclass with ``from_dict``; ``runner`` names ``run(config, resume, overwrite=False)``, which
     returns a summary (both as ``"module:attribute"``, imported on use)."""
 
     name: str

@@ -39,11 +39,12 @@ from golden.labels import check_label_tokens, check_labels_match, load_labels, m
 from golden.traces import load_traces
 from training.dagger import refuse_fresh, run_dagger
 from training.digests import digest, digest_rows
-from training.distributed import init_distributed
-from training.loop import run_task, task_model
+from training.distributed import init_distributed, out_dir_lock
+from training.loop import check_step_memory, run_task, task_model
+from training.out_dir import FEATURES, check_claim
 from training.provenance import split_problems, stamp
 from training.ranking import pairwise_hinge_loss, ranking_metrics
-from training.run_lock import locked_out_dir
+from foresight.run_lock import locked_out_dir
 from training.sl_config import SLConfig
 from training.sl_features import FeatureCache
 
@@ -134,10 +135,12 @@ class SLTask:
             self.scorer_config = ScorerConfig(
                 fingerprint=fp, budget=cfg.budget, interval=cfg.interval, feature_set=tuple(cfg.feature_set),
                 hidden=cfg.hidden, decay=cfg.decay, provenance=provenance)
+        layers, kv_heads = fp["num_layers"], fp["num_kv_heads"]  # an event's features, in fp32, with their gradient
+        check_step_memory(cfg, dist, 3 * 4 * layers * kv_heads * cfg.budget * self.scorer_config.input_dim)
         # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
         # everything, keeping the configured feature set's columns
         self.feature_cache = cache = FeatureCache(
-            cfg.feature_cache or Path(cfg.out_dir) / "features", fp, cfg.budget, cfg.interval, cfg.decay,
+            cfg.feature_cache or Path(cfg.out_dir) / FEATURES, fp, cfg.budget, cfg.interval, cfg.decay,
             cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window)
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
@@ -223,20 +226,22 @@ class SLTask:
         return [{k: r[k] for k in keep if k in r} for r in recs]
 
 
-def run_sl(cfg: SLConfig, resume: bool = False, model=None) -> dict[str, Any]:
+def run_sl(cfg: SLConfig, resume: bool = False, model=None, overwrite: bool = False) -> dict[str, Any]:
     """Extract features, train, validate; write ``<out_dir>/scorer`` and ``<out_dir>/summary.json``.
     ``dagger_rounds > 0`` adds on-policy relabelling rounds (:mod:`training.dagger`). ``out_dir``'s lock is taken
-    first (:func:`training.run_lock.locked_out_dir`), so a second run on it hears that it is in use."""
-    with locked_out_dir(cfg.out_dir, init_distributed(cfg.device)):
-        if not resume:  # either kind of earlier run, before anything loads (plain: rounds/ too, not only checkpoints)
-            refuse_fresh(Path(cfg.out_dir))
+    first (:func:`training.distributed.out_dir_lock`), so a second run on it hears that it is in use; ``overwrite``
+    replaces an earlier run there."""
+    with out_dir_lock(cfg.out_dir, init_distributed(cfg.device)):
+        # either kind of earlier run, before anything loads (plain: rounds/ too, not only checkpoints)
+        check_claim(cfg, resume, overwrite, refuse=refuse_fresh)
         if cfg.dagger_rounds:
             return run_dagger(cfg, SLData, lambda dist, c, data: SLTask(c, dist, model=model, data=data),
-                              resume=resume)
+                              resume=resume, overwrite=overwrite)
 
         return run_task(
             cfg, SLData, lambda dist, data: SLTask(cfg, dist, model=model, data=data), resume=resume,
             describe=lambda task: (f"{len(task.train_rows)} train traces ({task.num_items()} events), "
                                    f"{len(task.val_rows)} held-out traces; scorer input dim "
                                    f"{task.scorer_config.input_dim}"),
+            overwrite=overwrite,
         )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from foresight.cli.args import add_cache_args, add_model_args, add_policy_args, policy_kwargs
-from foresight.config import check_output_dir, nonempty_text, positive_int
+from foresight.config import nonempty_text, positive_int
 
 
 def register(sub) -> None:
@@ -24,8 +24,10 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import foresight
-    from evaluation.efficiency import bench_table, benchmark, write_bench
+    from evaluation.efficiency import BENCH_OUTPUT, DEFAULT_PROMPT, bench_table, benchmark, write_bench
     from evaluation.policies import check_requirements, make_factory, parse_policies
+    from foresight.limits import check_memory, check_new_tokens, kv_bytes_per_token
+    from foresight.outputs import check_output
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
     from foresight.scorer import scorer_sha256
@@ -40,10 +42,14 @@ def run(args) -> int:
     for name in ["full", *names]:  # hyperparameters and B, W (paged's block, a scorer's B, W): before the model loads
         checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
                        **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
-    check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    check_output(args.out, BENCH_OUTPUT)  # before the model loads, not after the work
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights timed, read before the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                       adapter=args.adapter)
+    plen = len(tok(args.prompt or DEFAULT_PROMPT)["input_ids"])  # bounds before the work: the context, and the
+    check_new_tokens(model, plen, args.new_tokens, "--new-tokens")  # full cache's memory (it keeps every token)
+    check_memory(args.batch_size * (plen + args.new_tokens) * kv_bytes_per_token(model), model.device,
+                 f"--batch-size {args.batch_size} x {plen + args.new_tokens} tokens", "lower --batch-size")
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
                            policy_kwargs=kwargs)
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,

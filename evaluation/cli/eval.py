@@ -8,7 +8,7 @@ from pathlib import Path
 
 from foresight.cli.args import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
-from foresight.config import ConfigError, check_output_dir, nonnegative_float, positive_int, read_json, seed_int
+from foresight.config import ConfigError, nonnegative_float, positive_int, read_json, seed_int
 from foresight.errors import ForesightError
 
 
@@ -134,7 +134,9 @@ def run_fidelity(args) -> int:
     from evaluation.fidelity import evaluate_fidelity
     from evaluation.policies import (check_requirements, golden_factory, make_factory, parse_budgets,
                                      parse_policies)
-    from evaluation.report import write_fidelity_outputs
+    from evaluation.report import FIDELITY_OUTPUT, write_fidelity_outputs
+    from foresight.limits import check_context
+    from foresight.outputs import check_output, prepare_output_dir
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
     from foresight.scorer import scorer_sha256
@@ -148,8 +150,7 @@ def run_fidelity(args) -> int:
         raise ForesightError(f"--limit must be positive, got {args.limit}")
     if args.batch_size <= 0:
         raise ForesightError(f"--batch-size must be positive, got {args.batch_size}")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ForesightError(f"--out {args.out} exists and is not a directory")
+    check_output(args.out, FIDELITY_OUTPUT)  # before the model loads: a file, or a directory of something else
     for b in budgets:  # sinks past B - W: refused at the first replay, after the model load, before
         cache_config_arg(b, args.interval, args.sinks,
                          flags=f"--budget {b} --interval {args.interval} --sinks {args.sinks}")
@@ -180,6 +181,8 @@ def run_fidelity(args) -> int:
     model, _ = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
                                     adapter=args.adapter)
     _check_trace_fingerprint(ds, model, args.traces)
+    check_context(model, max(map(len, ds["input_ids"])), f"the longest trace of --traces {args.traces}",
+                  "replay traces made by this model")  # before anything is written
     settings["fingerprint"] = foresight.model_fingerprint(model)  # the adapter too, which no argument above shows
     settings["dtype"] = str(model.dtype).removeprefix("torch.")  # resolved: --dtype's default differs by device
     _check_finished_out(out, {k: settings[k] for k in ("fingerprint", "dtype")})  # the rest: before the load
@@ -191,6 +194,7 @@ def run_fidelity(args) -> int:
         skipped.append(f"skipped {name} at B={budget}: {why}")
         print(f"note: {skipped[-1]}", file=sys.stderr)
 
+    prepare_output_dir(out, FIDELITY_OUTPUT)
     journal = out / "fidelity.partial.jsonl"  # a killed run resumes from it; deleted once the results are written
     records = evaluate_fidelity(
         model,
@@ -226,9 +230,11 @@ def run_fidelity(args) -> int:
 def run_aime(args) -> int:
     """Generate answers under one policy and grade them (:func:`evaluation.accuracy.run_accuracy`)."""
     import foresight
-    from evaluation.accuracy import check_gradable, format_summary, run_accuracy
+    from evaluation.accuracy import AIME_OUTPUT, check_gradable, format_summary, run_accuracy
     from evaluation.policies import check_requirements, make_factory
     from foresight.data import load_problems
+    from foresight.limits import check_planned
+    from foresight.outputs import check_output
     from foresight.prompts import load_template
     from foresight.policies.base import require_cache
     from foresight.runtime import CacheConfig
@@ -261,7 +267,8 @@ def run_aime(args) -> int:
     load_template(args.template)  # a missing template file, or one without {problem}, before the model loads
     problems = load_problems(args.data, limit=args.limit)
     check_gradable(problems, args.data)
-    check_output_dir(args.out, "--out")  # before the model loads, not after it
+    check_planned(len(problems), args.samples)
+    check_output(args.out, AIME_OUTPUT)  # before the model loads, not after it
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights sampled with, by hash
     rank, world = rank_world()  # the launcher's environment, before the model loads
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,

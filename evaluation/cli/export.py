@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--note", action="append", default=[], metavar="KEY=TEXT",
                    help="add KEY: TEXT to the exported provenance and model card (repeatable)")
     p.add_argument("--overwrite", action="store_true",
-                   help="replace an existing, non-empty --out directory as a whole (refused otherwise)")
+                   help="replace an earlier export in --out as a whole (only a directory `foresight export` wrote; "
+                        "see docs/reliability.md)")
     p.set_defaults(func=run)
 
 

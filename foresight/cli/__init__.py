@@ -19,14 +19,18 @@ DeepSpeed's launcher (``deepspeed --module foresight ...``) also puts ``--local_
 name, which the top-level parser accepts (and checks against ``LOCAL_RANK``).
 
 Exit status: 0 success; 2 an error the user can fix (bad arguments, config values, missing or damaged input
-files), printed as one line ``foresight <command>: error: ...`` that names the offending file, key or value;
-1 an unexpected internal error, also one line (``--verbose`` shows the traceback), or a command whose plugin fails
-to import; 130 interrupted. A command that refuses its input refuses it before loading a model or writing anything.
+files, a full disk or an exhausted memory: :func:`foresight.errors.machine_limit`), printed as one line
+``foresight <command>: error: ...`` that names the offending file, key, value or size; 1 an unexpected internal
+error, also one line (``--verbose`` shows the traceback), or a command whose plugin fails to import; 130 interrupted. A command with ``--out`` holds that
+directory's lock while it runs (:mod:`foresight.run_lock`; see docs/reliability.md).
+A command that refuses its input refuses it before loading a model or writing anything.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import importlib
 import logging
 import os
@@ -39,7 +43,7 @@ from typing import Callable
 
 from foresight import plugins
 from foresight.config import nonnegative_int
-from foresight.errors import ForesightError, OneLineParser
+from foresight.errors import ForesightError, OneLineParser, machine_limit
 
 UserError = ForesightError  # raised by commands for input the user can fix; printed without a traceback
 ERROR_DIR = "FORESIGHT_ERROR_DIR"  # set by `foresight launch` for its ranks: where :func:`report` writes their errors
@@ -121,11 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.disable_progress_bar()
         logging.getLogger("deepspeed").setLevel(logging.WARNING)
     try:
-        return int(args.func(args) or 0)
+        with _out_lock(args):
+            return int(args.func(args) or 0)
     except (ForesightError, ValueError, FileNotFoundError, OSError) as exc:
         if args.verbose:
             raise
-        report(f"foresight {args.command}: error: {_one_line(exc)}")
+        why = _one_line(exc) if isinstance(exc, ForesightError) else machine_limit(exc) or _one_line(exc)
+        report(f"foresight {args.command}: error: {why}")
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -133,9 +139,28 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, not the user's input: still one line, the traceback behind --verbose
         if args.verbose:
             raise
+        limit = machine_limit(exc)  # a full disk or memory, whichever library met it: the user can act on it
+        if limit:
+            report(f"foresight {args.command}: error: {limit}")
+            return 2
         report(f"foresight {args.command}: internal error: {type(exc).__name__}: {_one_line(exc)} "
                "(rerun with --verbose for the traceback)")
         return 1
+
+
+def _out_lock(args):
+    """The lock of the command's ``--out`` (:mod:`foresight.run_lock`), held while the command runs: one writer per
+    output directory. Rank 0 of a launched command takes it; a name that is no output directory of its own (empty,
+    the current directory, a symbolic link ...) is refused first, before a lock file is made beside it."""
+    from foresight.config import check_output_dir
+    from foresight.run_lock import locked_out_dir
+
+    out = getattr(args, "out", None)
+    if not isinstance(out, str):
+        return contextlib.nullcontext()
+    check_output_dir(out, "--out")
+    return locked_out_dir(out, "--out", what=f"`foresight {args.command}` run",
+                          is_main=os.environ.get("RANK", "0").strip() in ("", "0"))
 
 
 def _parse(parser: argparse.ArgumentParser, raw: list[str]) -> argparse.Namespace | int:
@@ -166,14 +191,29 @@ def parse_command(raw: list[str]) -> int | None:
 
 
 def report(line: str) -> None:
-    """Print an error line on stderr, or, in a rank started by ``foresight launch``, write it to the launcher's error
-    directory (one file per rank), which prints each distinct line once."""
+    """Print an error line on stderr. In a rank started by ``foresight launch`` (``FORESIGHT_ERROR_DIR`` set) it is
+    also recorded in the launcher's error directory (one file per rank, which gives the launcher its exit status),
+    and printed by the first rank that meets it only, so a refusal that every rank meets is one line, not one per
+    rank."""
     where = os.environ.get(ERROR_DIR)
     if where and os.path.isdir(where):
         with open(os.path.join(where, f"rank-{int(os.environ.get('RANK', '0'))}.txt"), "a") as f:
             f.write(line + "\n")
-    else:
-        print(line, file=sys.stderr)
+        if not _first_to_say(where, line):
+            return
+    print(line, file=sys.stderr)
+
+
+def _first_to_say(where: str, line: str) -> bool:
+    """Whether this process is the first to say ``line`` in the error directory ``where`` (an exclusive create)."""
+    try:
+        os.close(os.open(os.path.join(where, f"said-{hashlib.sha256(line.encode()).hexdigest()[:16]}"),
+                         os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def _one_line(exc: BaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from foresight.cli.args import add_cache_args, add_model_args
 from golden.cli.trace import rank_device
-from foresight.config import check_output_dir, positive_int
+from foresight.config import positive_int
 
 
 def register(sub) -> None:
@@ -29,13 +29,14 @@ def register(sub) -> None:
 def run(args) -> int:
     import foresight
     from foresight.runtime import CacheConfig
-    from golden.pipeline import label_traces
+    from foresight.outputs import check_output
+    from golden.pipeline import GOLDEN_OUTPUT, label_traces
     from golden.sharding import rank_world
     from golden.traces import load_traces
 
     CacheConfig(args.budget, args.interval)  # validate before loading the model
     load_traces(args.traces)
-    check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    check_output(args.out, GOLDEN_OUTPUT)  # before the model loads, not after the work
     rank_world()  # the launcher's environment, too
     model, _ = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                     adapter=args.adapter)

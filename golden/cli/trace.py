@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from foresight.cli.args import add_model_args, add_sampling_filter_args, fill_sampling_filters
-from foresight.config import check_output_dir, nonempty_text, nonnegative_float, nonnegative_int, positive_int
+from foresight.config import nonempty_text, nonnegative_float, nonnegative_int, positive_int
 
 
 TRACE_TOP_P, TRACE_TOP_K = 0.95, 20  # recorded in plan.json (a resumed run must record the same)
@@ -44,16 +44,19 @@ def rank_device(device: str | None) -> str | None:
 def run(args) -> int:
     import foresight
     from foresight.data import load_problems
+    from foresight.limits import check_planned
+    from foresight.outputs import check_output
     from foresight.prompts import load_template
     from golden.sharding import rank_world
-    from golden.traces import check_greedy_samples, generate_traces, load_traces, trace_progress
+    from golden.traces import TRACES_OUTPUT, check_greedy_samples, generate_traces, load_traces, trace_progress
 
     fill_sampling_filters(args, top_p=TRACE_TOP_P, top_k=TRACE_TOP_K)
     check_greedy_samples(args.samples, args.temperature, ("--samples ", "--temperature ", "--first-sample "),
                          first_sample=args.first_sample)  # before the model loads
     load_template(args.template)  # fail on a bad template before loading anything
     problems = load_problems(args.data, limit=args.limit, split=args.split)
-    check_output_dir(args.out, "--out")  # before the model loads, not after the work
+    check_planned(len(problems), args.samples, args.first_sample)  # sample indices and the plan's size, too
+    check_output(args.out, TRACES_OUTPUT)  # before the model loads, not after the work
     rank_world()  # the launcher's environment, too
     model, tok = foresight.load_model(args.model, device=rank_device(args.device), dtype=args.dtype,
                                       adapter=args.adapter)

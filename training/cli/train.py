@@ -21,6 +21,8 @@ def register(sub) -> None:
         tp = tsub.add_parser(name, help=spec.help, description=spec.help)
         tp.add_argument("--config", default=None, help=f"YAML config (e.g. configs/{name}.yaml)")
         tp.add_argument("--resume", action="store_true", help="continue from the last checkpoint in out_dir")
+        tp.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier run of this trainer in out_dir (refused otherwise)")
         tp.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="override config keys")
         tp.set_defaults(func=run)
     p.set_defaults(func=lambda args: p.print_help() or 0)
@@ -41,7 +43,7 @@ def run(args) -> int:
 
     spec = TRAINERS[args.trainer]
     cfg = build_config(spec, args.config, args.overrides)
-    summary = spec.run(cfg, resume=args.resume)
+    summary = spec.run(cfg, resume=args.resume, overwrite=args.overwrite)
     shutdown_distributed()  # on success only: after a rank's error the others would wait at its barrier
     if summary is not None and summary.get("eval"):
         print(json.dumps(summary["eval"], indent=2, default=str))

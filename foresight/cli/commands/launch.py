@@ -3,9 +3,9 @@ process), keeping the command line's contract that torchrun itself breaks.
 
 Under a bare ``torchrun -m foresight ...`` a refused input prints one line per rank and then torchrun's own report
 (a ``ChildFailedError`` traceback, exit status 1). Here the launched command's usage is checked before any process
-starts; each rank writes its error line to a file in a private directory (``FORESIGHT_ERROR_DIR``; see
-:func:`foresight.cli.report`) instead of stderr, and the launcher prints the distinct lines once, in rank order, with
-the exit status of the first rank to fail: 2 when it refused its input, else 1. torchrun's launch options:
+starts; each rank prints its error line and records it in a private directory (``FORESIGHT_ERROR_DIR``; see
+:func:`foresight.cli.report`: a line several ranks meet is printed by the first only), and the launcher exits with
+the status of the first rank to fail: 2 when it refused its input, else 1. torchrun's launch options:
 https://pytorch.org/docs/stable/elastic/run.html; for several nodes use torchrun or DeepSpeed's launcher directly.
 """
 
@@ -78,15 +78,10 @@ def run(args) -> int:
 
 
 def _report_failure(exc, errors: Path) -> int:
-    """Print the ranks' distinct error lines once; 2 if the first rank to fail refused its input (exit 2: the ranks
-    the launcher stopped after it are its consequence), else 1."""
-    lines: list[str] = []
-    for f in sorted(errors.glob("rank-*.txt"), key=lambda p: int(p.stem.split("-")[1])):
-        for line in f.read_text().splitlines():
-            if line and line not in lines:
-                lines.append(line)
-    for line in lines:
-        print(line, file=sys.stderr)
+    """The exit status of a failed launch (the ranks printed their error lines): 2 if the first rank to fail refused
+    its input (exit 2: the ranks the launcher stopped after it are its consequence), else 1; when no rank said
+    anything, one line naming the rank that failed first."""
+    lines = [line for f in errors.glob("rank-*.txt") for line in f.read_text().splitlines() if line]
     first, failure = exc.get_first_failure()
     if lines and failure.exitcode == 2:
         return 2
