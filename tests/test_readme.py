@@ -87,7 +87,10 @@ def test_shell_snippets_run_as_written(tmp_path):
     blocks = [b for b in _blocks("bash") if "make venv" not in b]
     assert len(blocks) >= 2
     (tmp_path / "configs").symlink_to(REPO / "configs")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # a fresh shell's environment: no rendezvous left behind by in-process training tests (their MASTER_PORT is
+    # still held by this process's process group)
+    launch = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")
+    env = {**{k: v for k, v in os.environ.items() if k not in launch}, "PYTHONPATH": str(REPO)}
     for block in blocks:
         for cmd in _commands(block):
             assert cmd[0] == "foresight", cmd
