@@ -18,7 +18,8 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.stats import gap_share_bootstrap, mean_bootstrap, paired_bootstrap, pooled_bootstrap
+from evaluation.quality import quality_summary
+from evaluation.stats import mean_bootstrap, pooled_bootstrap
 from foresight.errors import ForesightError, OneLineParser, run_script
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,20 +47,20 @@ def _load(budget: int, interval: int) -> list[dict]:
 
 
 def setting_numbers(records: list[dict]) -> dict:
-    """Pooled ratios and shares with intervals, per-trace means with intervals, the best heuristic, learned - best."""
+    """The quality summary (:func:`evaluation.quality.quality_summary`: the best heuristic, learned's per-trace share
+    of the gap and its paired difference with the best heuristic), plus pooled ratios and pooled shares with their
+    intervals and per-trace means with theirs."""
+    summary = quality_summary(records, [LEARNED])
+    best, stage = summary["best_heuristic"], summary["stages"][0]
     by = {r["policy"]: r for r in records}
-    heuristics = [p for p in by if p not in ("full", "golden", LEARNED)]
-    best = min(heuristics, key=lambda p: by[p]["loss_ratio"])
     ids = sorted(by["golden"]["per_trace_ce"])
     ce = {p: [by[p]["per_trace_ce"][t][0] for t in ids] for p in by}
     ce_full = [by["golden"]["per_trace_ce"][t][1] for t in ids]
-    pooled = pooled_bootstrap(ce, ce_full, worse=best, better="golden")
-    ratio = {p: [by[p]["per_trace_ratio"][t] for t in ids] for p in by}
-    return {"best": best, "traces": len(ids), "tokens": by["golden"]["tokens"], "pooled": pooled,
-            "means": {p: mean_bootstrap(ratio[p]) for p in by},
-            "heuristics": sorted(heuristics, key=lambda p: by[p]["loss_ratio"]),
-            "share_per_trace": gap_share_bootstrap(ratio[LEARNED], ratio[best], ratio["golden"]),
-            "vs_best": paired_bootstrap(ratio[LEARNED], ratio[best])}
+    return {"best": best, "traces": len(ids), "tokens": by["golden"]["tokens"],
+            "pooled": pooled_bootstrap(ce, ce_full, worse=best, better="golden"),
+            "means": {p: mean_bootstrap([by[p]["per_trace_ratio"][t] for t in ids]) for p in by},
+            "heuristics": sorted((p for p in by if p not in ("golden", LEARNED)), key=lambda p: by[p]["loss_ratio"]),
+            "share_per_trace": stage["gap_closed_per_trace"], "vs_best": stage["vs_best_heuristic"]}
 
 
 def _ci(v: dict, value: str = "value", pct: bool = False) -> str:
