@@ -30,9 +30,10 @@ def fsync_path(path: str | Path) -> None:
         os.close(fd)
 
 
-def temp_sibling(path: Path) -> Path:
-    """A fresh hidden name beside ``path`` for its temporary: ``.<name>.tmp-<pid>-<random>``."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+def temp_sibling(path: Path, tag: str = "tmp") -> Path:
+    """A fresh hidden name beside ``path`` for its temporary: ``.<name>.tmp-<pid>-<random>``; ``tag="old"`` names
+    the place a directory being replaced is moved aside to (``.<name>.old-<pid>-<random>``)."""
+    return path.with_name(f".{path.name}.{tag}-{os.getpid()}-{secrets.token_hex(4)}")
 
 
 def stale_temporaries(path: Path) -> list[Path]:
@@ -101,7 +102,7 @@ def _replace_dir(tmp: Path, target: Path) -> None:
     if not target.exists():
         os.replace(tmp, target)
         return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    old = temp_sibling(target, "old")
     os.replace(target, old)
     try:
         os.replace(tmp, target)

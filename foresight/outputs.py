@@ -27,11 +27,10 @@ import fnmatch
 import json
 import os
 import shutil
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from foresight.atomic import atomic_write_text
+from foresight.atomic import atomic_write_text, temp_sibling
 from foresight.config import ConfigError, check_output_dir
 from foresight.run_lock import holds_lock
 
@@ -173,7 +172,7 @@ def discard_directory(path: Path, keep: tuple[str, ...] = ()) -> None:
     """Empty the directory ``path`` (never a link's target) but for its entries named in ``keep``: it is renamed aside
     first (the kept entries moved back into a new ``path``), so a kill mid-way leaves the old entries whole in a
     hidden ``.<name>.old-*`` sibling that the next :func:`prepare_output_dir` removes."""
-    aside = path.with_name(f".{path.name}.old-{os.getpid()}-{secrets.token_hex(4)}")
+    aside = temp_sibling(path, "old")
     os.replace(path, aside)
     path.mkdir()
     for name in keep:
