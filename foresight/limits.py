@@ -54,10 +54,11 @@ def check_new_tokens(model, prompt_tokens: int, new_tokens: int, flag: str) -> N
 
 def kv_bytes_per_token(model) -> int:
     """Bytes of one token's keys and values over every layer (the budgeted cache's unit of memory)."""
-    cfg = model.config
-    heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * heads * head_dim * next(model.parameters()).element_size()
+    from foresight.models import model_shape  # here: commands import this module before they load transformers
+
+    layers, hq, hkv = model_shape(model)
+    head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // hq
+    return 2 * layers * hkv * head_dim * next(model.parameters()).element_size()
 
 
 def available_bytes(device: torch.device | str) -> int | None:
