@@ -15,6 +15,7 @@ PY=${PY:-.venv/bin/python}
 E=${E:-runs/untouched}
 OUT=${OUT:-benchmarks/current/untouched}
 export OMP_NUM_THREADS=1
+COMMIT=$(git rev-parse --short HEAD)  # the code that measures, recorded with the numbers
 stamp() { echo "== $(date -u +%FT%TZ) $*"; }
 two_ranks() {  # a sharded foresight job as two single-threaded ranks (faster than one two-threaded process here)
     RANK=0 WORLD_SIZE=2 "$@" & local p0=$!
@@ -37,5 +38,5 @@ stamp "quality B=64 W=16 and B=128 W=32"
 quality 64 16 & q64=$!
 quality 128 32 & q128=$!
 wait $q64 && wait $q128
-printf '{"date": "%s", "commit": "%s"}\n' "$(date -u +%F)" "$(git rev-parse --short HEAD)" > $OUT/measured.json
+printf '{"date": "%s", "commit": "%s"}\n' "$(date -u +%F)" "$COMMIT" > $OUT/measured.json
 stamp done
