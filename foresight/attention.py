@@ -6,7 +6,9 @@ the model's attention modules use it, and it
 
 1. hands the layer's post-RoPE (post q-norm) queries, the cache's keys/values and the module's logit scale to
    the cache's observer (the eviction policy), and
-2. runs SDPA with the mask the cache builds from its own bookkeeping (padding entries, chunk causality).
+2. runs SDPA with the mask the cache builds from its own bookkeeping (padding entries, chunk causality); a policy
+   with an ``extend_attention(layer_idx, query, key, value, mask)`` method may return extra keys/values and a float
+   mask instead (a per-entry additive bias: the relaxed eviction of ``foresight train e2e``), or None.
 
 transformers builds no mask of its own for an implementation name it does not know, so no work is wasted on a
 mask we would throw away. With no routed cache the function is plain SDPA with the mask it is given. In a
@@ -43,6 +45,10 @@ def attend(cache, module, query, key, value, kwargs: dict):
     layer_idx = module.layer_idx
     attention_mask = cache.attention_mask(layer_idx, query.shape[2], query.dtype)
     cache.observe(layer_idx, query, key, value, attention_mask, kwargs.get("scaling"))
+    extend = getattr(cache.policy, "extend_attention", None)  # a relaxed eviction (training.e2e_policy) only
+    extended = extend(layer_idx, query, key, value, attention_mask) if extend is not None else None
+    if extended is not None:  # extra entries and an additive per-entry bias, as one float mask
+        key, value, attention_mask = extended
     # Our mask already encodes causality inside the chunk; SDPA must not add its own top-left one.
     kwargs["is_causal"] = attention_mask is None and query.shape[2] > 1 and query.shape[2] == key.shape[2]
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)

@@ -1,4 +1,4 @@
-"""Registry of trainers for ``foresight train <name>`` (SL distillation, GRPO, LoRA adaptation).
+"""Registry of trainers for ``foresight train <name>`` (SL distillation, GRPO, LoRA adaptation, loss-aware e2e).
 
 One row per trainer: its name, its one-line help and where its ``run`` function and config dataclass live. The
 ``train`` command builds its parser from the names and help alone, so ``foresight --help`` imports no trainer
@@ -44,4 +44,6 @@ TRAINERS: dict[str, TrainerSpec] = {spec.name: spec for spec in (
                 "training.grpo:run_grpo", "training.grpo_config:GRPOConfig"),
     TrainerSpec("adapt", "train a LoRA adapter so the model under eviction matches its full cache",
                 "training.adapt:run_adapt", "training.adapt_config:AdaptConfig"),
+    TrainerSpec("e2e", "train the scorer on the LM's loss through a relaxed (soft top-k) budgeted replay",
+                "training.e2e:run_e2e", "training.e2e_config:E2EConfig"),
 )}
