@@ -1,6 +1,6 @@
 """``foresight train <trainer> --config FILE [key=value ...] [--resume]``: train the learned scorer.
 
-Trainers (``sl`` distillation, ``grpo``, ``adapt``) come from :mod:`training.registry`, so this module never
+Trainers (``sl`` distillation, ``grpo``, ``adapt``, ``e2e``) come from :mod:`training.registry`, so this module never
 changes when a trainer is added. Launch it plain, under ``foresight launch --nproc-per-node N``, ``torchrun
 --nproc_per_node N -m foresight`` or ``deepspeed --num_gpus N --module foresight`` (see docs/gpu.md).
 """
@@ -15,7 +15,7 @@ from training.registry import TRAINERS
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="train the learned scorer (sl, grpo, adapt)")
+    p = sub.add_parser("train", help="train the learned scorer (sl, grpo, adapt, e2e)")
     tsub = p.add_subparsers(dest="trainer", metavar="TRAINER")
     for name, spec in sorted(TRAINERS.items()):
         tp = tsub.add_parser(name, help=spec.help, description=spec.help)
