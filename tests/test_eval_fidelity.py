@@ -94,14 +94,18 @@ def test_recency_keeps_what_the_copy_task_needs(copy_records):
     assert s24["loss_ratio"] < _rec(copy_records, "random", 24)["loss_ratio"]
 
 
-@pytest.mark.parametrize("policy, batch_size", [("random", 1), ("streaming_llm", 2)])
-def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size):
-    """Recompute CE ratio, KL and top-1 from a plain full forward and a captured evicted replay per trace."""
+@pytest.mark.parametrize("policy, batch_size, score_from", [("random", 1, 0), ("streaming_llm", 2, 0),
+                                                            ("streaming_llm", 1, 31)])
+def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size, score_from):
+    """Recompute CE ratio, KL and top-1 from a plain full forward and a captured evicted replay per trace, over the
+    positions from B + W (or from ``score_from`` when it is later)."""
     from foresight.runtime import replay
 
     budget, interval = 12, 4
     seqs = [copy_traces[0], copy_traces[1][:50]]  # unequal lengths exercise the padding mask
-    rec = evaluate_fidelity(copy_model, seqs, [policy], [budget], interval, batch_size=batch_size)[0]
+    rec = evaluate_fidelity(copy_model, seqs, [policy], [budget], interval, batch_size=batch_size,
+                            score_from=score_from)[0]
+    assert rec["score_from"] == max(budget + interval, score_from)
     ce_ev, ce_full, kl, agree, count = 0.0, 0.0, 0.0, 0.0, 0
     per_trace = []  # (CE evicted, CE full, positions) of each trace, as the record keeps them for pooled intervals
     for seq in seqs:
@@ -112,7 +116,7 @@ def test_metrics_match_brute_force(copy_model, copy_traces, policy, batch_size):
         chunks = []
         replay(copy_model, [seq], policy, budget, interval, on_logits=lambda s, e, lg: chunks.append(lg[0]))
         ev_lp = torch.log_softmax(torch.cat(chunks), -1)
-        for i in range(budget + interval, len(seq) - 1):
+        for i in range(max(budget + interval, score_from), len(seq) - 1):
             t = seq[i + 1]
             ce_ev -= ev_lp[i, t].item()
             ce_full -= full_lp[i, t].item()
@@ -311,6 +315,19 @@ def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):
     assert (out / "fidelity.png").read_bytes()[:4] == b"\x89PNG"
     assert not (out / "fidelity.partial.jsonl").exists()  # the journal goes once the results are written
     assert "sinks" not in md
+
+
+def test_cli_score_from_puts_every_budget_on_the_same_positions(trace_dir, tmp_path):
+    """--score-from 56 (the larger B + W): both budgets score the same positions, the same count of them."""
+    out = tmp_path / "fid"
+    rc = main(["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "random",
+               "--budget", "24,48", "--interval", "8", "--score-from", "56", "--out", str(out), "--quiet"])
+    assert rc == 0
+    records = json.loads((out / "fidelity.json").read_text())
+    assert [r["score_from"] for r in records] == [56, 56]
+    assert records[0]["tokens"] == records[1]["tokens"] > 0
+    assert {t: n for t, (_, _, n) in records[0]["per_trace_ce"].items()} == \
+        {t: n for t, (_, _, n) in records[1]["per_trace_ce"].items()}
 
 
 def test_cli_report_names_the_attention_sinks(trace_dir, tmp_path):
