@@ -46,11 +46,12 @@ for B in 32 64 128; do
     two_ranks $PY -m foresight golden --traces $E/traces --out $E/golden_B${B}_W$((B / 4)) --budget $B \
         --interval $((B / 4)) --no-progress
 done
-quality() {  # the quality benchmark at B=$1, W=$2
+quality() {  # the quality benchmark at B=$1, W=$2 (paged's blocks: 16 tokens, or W where W is smaller)
     local dir=$OUT/quality_B$1_W$2
     [ -f $dir/measured.json ] && return 0
     $PY benchmarks/quality/run.py --model smollm2-135m --traces $E/traces --setting $1:$2=$E/golden_B$1_W$2 \
-        --scorer learned=$(scorer $1 $2) --out $dir > $E/quality_B$1_W$2.log 2>&1
+        --scorer learned=$(scorer $1 $2) --policy-arg paged.block_size=$(($2 < 16 ? $2 : 16)) --out $dir \
+        > $E/quality_B$1_W$2.log 2>&1
     measured $dir
 }
 across() {  # learned at B=$1, W=$2 on the positions >= $3 (those of a larger budget)
