@@ -313,7 +313,7 @@ def test_learned_policy_never_ranks_nan_scores(llama_scorer):
 
 
 def test_onnx_check_does_not_verify_nan_against_nan(llama_scorer, tmp_path):
-    from evaluation.export import export_onnx
+    from evaluation.onnx_export import export_onnx
     from foresight.scorer import Scorer
 
     sc = Scorer.from_pretrained(llama_scorer)
