@@ -22,6 +22,7 @@ from foresight.policies.base import EvictionPolicy
 from foresight.sampling import kept_indices, sample_eviction
 from foresight.policies.recorder import FeatureRecorder
 from foresight.scorer import Scorer, ScorerConfig, ScorerMismatchError
+from foresight.scorer_average import average_scorers
 from tests.conftest import get_model
 
 B, W = 16, 4
@@ -103,12 +104,12 @@ def test_save_is_atomic_a_failure_in_the_write_leaves_no_torn_scorer(tmp_path, m
     """A kill or an error in the middle of save_pretrained left config.json of one scorer beside no (or a torn)
     model.safetensors: a later load refused it, or paired an old config with new weights. Now the folder is either
     the earlier one, whole, or the new one; no temporary is left after an error."""
-    import foresight.scorer as scorer_mod
+    import foresight.scorer_files as scorer_files
     from tests.conftest import Killed, kill_while_writing
 
     model, _ = get_model("tiny-llama")
     old, new = _scorer(model, seed=1), _scorer(model, seed=2, hidden=4)
-    save_file = scorer_mod.save_file
+    save_file = scorer_files.save_file
 
     def torn(state, path, metadata=None):  # half the weights on disk, then the error
         save_file(state, path, metadata=metadata)
@@ -117,7 +118,7 @@ def test_save_is_atomic_a_failure_in_the_write_leaves_no_torn_scorer(tmp_path, m
         raise OSError(28, "No space left on device")
 
     with monkeypatch.context() as m:
-        m.setattr(scorer_mod, "save_file", torn)
+        m.setattr(scorer_files, "save_file", torn)
         with pytest.raises(OSError, match="No space left"):
             new.save_pretrained(tmp_path / "fresh")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no scorer, no temporary
@@ -129,7 +130,7 @@ def test_save_is_atomic_a_failure_in_the_write_leaves_no_torn_scorer(tmp_path, m
     for fail in ("weights", "config"):
         with monkeypatch.context() as m:
             if fail == "weights":
-                m.setattr(scorer_mod, "save_file", torn)
+                m.setattr(scorer_files, "save_file", torn)
                 with pytest.raises(OSError):
                     new.save_pretrained(tmp_path / "s")
             else:
@@ -551,7 +552,7 @@ def test_average_scores_the_mean_of_its_members_exactly():
     for i, m in enumerate(members):  # distinct, non-trivial normalisers
         m.feature_mean.copy_(torch.randn(m.feature_mean.shape, generator=gen))
         m.feature_std.copy_(torch.rand(m.feature_std.shape, generator=gen) + 0.1 * (i + 1))
-    avg = Scorer.average(members)
+    avg = average_scorers(members)
     assert avg.config.hidden == 20
     L, K, D = avg.w1.shape[:3]
     x = torch.randn(L, 2, K, 11, D, generator=gen) * 3
@@ -560,48 +561,48 @@ def test_average_scores_the_mean_of_its_members_exactly():
     torch.testing.assert_close(avg(x[1], layer_idx=1), want[1], atol=1e-5, rtol=1e-5)
     other = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B + 4, interval=W, hidden=8), seed=0)
     with pytest.raises(ForesightError, match="budget"):
-        Scorer.average([members[0], other])
+        average_scorers([members[0], other])
     narrow = Scorer(ScorerConfig(foresight.model_fingerprint(model), budget=B, interval=W, hidden=8, window=W // 2),
                     seed=0)  # the same cache, features of another window
     with pytest.raises(ForesightError, match="differs from .* in window"):
-        Scorer.average([members[0], narrow])
-    assert Scorer.average([narrow, narrow]).config.window == W // 2
+        average_scorers([members[0], narrow])
+    assert average_scorers([narrow, narrow]).config.window == W // 2
     hot = _scorer(model, seed=3)
     hot.config.temperature = 0.01
     cold = _scorer(model, seed=4)
     cold.config.temperature = 0.003
     with pytest.raises(ForesightError, match=r"different temperatures \(\(in memory #0\): 0.01, \(in memory #1\): "
                                              r"0.003\); .*temperature="):
-        Scorer.average([hot, cold])
+        average_scorers([hot, cold])
     # one recorded beside none (which samples at 1) kept the recorded one: a temperature nobody chose for the mean
     with pytest.raises(ForesightError, match=r"#0\): 0.01, \(in memory #1\): none\)"):
-        Scorer.average([hot, members[0]])
-    assert Scorer.average([hot, cold], temperature=0.005).config.temperature == 0.005  # chosen explicitly
-    assert Scorer.average([hot, members[0]], temperature=1.0).config.temperature == 1.0
+        average_scorers([hot, members[0]])
+    assert average_scorers([hot, cold], temperature=0.005).config.temperature == 0.005  # chosen explicitly
+    assert average_scorers([hot, members[0]], temperature=1.0).config.temperature == 1.0
     cold.config.temperature = 0.01
-    assert Scorer.average([hot, cold]).config.temperature == 0.01  # equal ones are kept
-    assert Scorer.average(members[:2]).config.temperature is None
+    assert average_scorers([hot, cold]).config.temperature == 0.01  # equal ones are kept
+    assert average_scorers(members[:2]).config.temperature is None
     # top-k defaults: kept where the members agree, refused where they differ (plain top-k nobody chose)
     hot.config.spread = cold.config.spread = 0.005
     hot.config.newcomer_bonus = cold.config.newcomer_bonus = 0.02
-    both = Scorer.average([hot, cold]).config
+    both = average_scorers([hot, cold]).config
     assert (both.spread, both.newcomer_bonus) == (0.005, 0.02)
     cold.config.newcomer_bonus = None
     with pytest.raises(ForesightError, match=r"different top-k newcomer_bonus defaults \(\(in memory #0\): 0.02, "
                                              r"\(in memory #1\): none\); .*--newcomer-bonus"):
-        Scorer.average([hot, cold])
+        average_scorers([hot, cold])
     # the default selection likewise (a sampled default beside top-k would be chosen by nobody)
     cold.config.newcomer_bonus = 0.02
     hot.config.selection = cold.config.selection = "sample"
-    assert Scorer.average([hot, cold]).config.selection == "sample"
+    assert average_scorers([hot, cold]).config.selection == "sample"
     cold.config.selection = None
     with pytest.raises(ForesightError, match=r"different default selections \(\(in memory #0\): sample, "
                                              r"\(in memory #1\): none\); .*--selection"):
-        Scorer.average([hot, cold])
+        average_scorers([hot, cold])
     # the members' shared training data stays in the provenance (the held-out split names the validation problems)
     for i, m in enumerate(members):
         m.config.provenance = {"heldout_traces": ["a#0", "b#0"], "labels": f"golden_{i}", "steps": 10}
-    prov = Scorer.average(members, provenance={"average_of": ["x", "y", "z"]}).config.provenance
+    prov = average_scorers(members, provenance={"average_of": ["x", "y", "z"]}).config.provenance
     assert prov == {"average_of": ["x", "y", "z"], "heldout_traces": ["a#0", "b#0"]}
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-import foresight.scorer as scorer_mod
+import foresight.scorer_hub as scorer_hub
 from foresight.cli import main
 from foresight.errors import ForesightError
 from foresight.models import model_fingerprint
@@ -82,7 +82,7 @@ def test_push_to_hub_uploads_the_saved_files_with_a_card_the_hub_parses(scorer, 
         pushed["repo_id"] = repo_id
         return "https://huggingface.co/someone/s/commit/0"
 
-    monkeypatch.setattr(scorer_mod, "push", fake_push)
+    monkeypatch.setattr(scorer_hub, "push", fake_push)
     assert scorer.push_to_hub("someone/s").endswith("/commit/0")
     assert pushed["files"] == ["README.md", "config.json", "model.safetensors"] and pushed["repo_id"] == "someone/s"
     data = pushed["card"].data.to_dict()
