@@ -350,7 +350,7 @@ def test_the_saved_adapter_folder_gets_the_umask_mode_and_is_replaced_whole(tmp_
     import stat
     from types import SimpleNamespace
 
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
     from tests.test_scorer import _tree
     from training.adapt import AdaptTask
 

@@ -30,7 +30,7 @@ def _periodic(batch: int, length: int, gen: torch.Generator) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def copy_model():
     """tiny-llama trained for a few seconds to copy periodic patterns: confident, and only from context."""
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
 
     model, _ = build_tiny_model("tiny-llama")
     gen = torch.Generator().manual_seed(0)

@@ -123,7 +123,7 @@ def test_golden_labels_and_their_replay_agree(tiny_llama, monkeypatch):
 def test_gradients_agree(tiny_llama, truncate):
     """``grad=True`` (``train adapt``): the loss on every piece's logits reaches the weights alike."""
     from tests.conftest import seeded_lora
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
 
     model, _ = build_tiny_model("tiny-llama")
     peft = seeded_lora(model)

@@ -71,7 +71,7 @@ def test_check_same_model_rule():
 
 
 def test_one_changed_weight_is_another_model_whatever_its_name():
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
 
     llama = get_model("tiny-llama")[0]
     copy = build_tiny_model("tiny-llama")[0]  # the same numbers, built again
@@ -384,7 +384,7 @@ def test_scorer_loading_never_unpickles(llama_scorer, tmp_path):
 def test_a_saved_copy_with_one_changed_weight_is_refused_by_a_scorer_in_one_line(tmp_path, capsys):
     """The copy loads from a directory (another name than the scorer records): the same weights run, one changed
     weight is refused before generating, naming the weights."""
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
     from foresight.scorer import Scorer, ScorerConfig
 
     llama = get_model("tiny-llama")[0]

@@ -13,7 +13,8 @@ import torch
 
 import foresight
 from foresight import models
-from foresight.models import ModelLoadError, build_tiny_model
+from foresight.models import ModelLoadError
+from foresight.tiny_models import build_tiny_model
 
 
 def test_tiny_models_are_deterministic():

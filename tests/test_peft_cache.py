@@ -9,7 +9,8 @@ from peft import LoraConfig, get_peft_model
 
 import foresight
 from foresight.errors import ForesightError
-from foresight.models import base_model_of, build_tiny_model
+from foresight.models import base_model_of
+from foresight.tiny_models import build_tiny_model
 
 B, W = 12, 4
 

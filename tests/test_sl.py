@@ -291,8 +291,8 @@ def test_labels_of_two_oracles_are_not_trained_on_together(tiny_data, tmp_path):
 
 
 def test_gradients_reach_only_the_scorer(tiny_data):
-    from foresight.models import build_tiny_model
     from foresight.scorer import Scorer, ScorerConfig
+    from foresight.tiny_models import build_tiny_model
     from golden.labels import load_labels
     from training.sl_features import collect_events
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _tiny_dir(path: Path) -> Path:
     """tiny-llama saved as a model directory (config, tokenizer, model.safetensors)."""
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
 
     model, tok = build_tiny_model("tiny-llama")
     model.save_pretrained(path)
