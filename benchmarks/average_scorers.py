@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foresight.config import check_output_dir, positive_float
+from foresight.config import positive_float
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_dir
 from foresight.scorer import Scorer, scorer_sha256
 from foresight.scorer_average import average_scorers
 

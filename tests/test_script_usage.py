@@ -167,8 +167,8 @@ def test_adapt_eval_refuses_a_bad_cache_setting_or_out_before_reading_the_adapte
 def test_an_output_dir_under_a_file_is_refused_before_the_work(tmp_path):
     """``--out FILE/sub``: check_output_dir accepted it (only ``FILE`` itself was refused), so adapt_eval.py ended
     its whole evaluation in a NotADirectoryError and average_scorers.py in a traceback."""
-    from foresight.config import check_output_dir
     from foresight.errors import ForesightError
+    from foresight.output_paths import check_output_dir
 
     afile = tmp_path / "afile"
     afile.write_text("x")
