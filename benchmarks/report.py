@@ -8,7 +8,7 @@ Input: the untouched split's quality records (``benchmarks/untouched/run.sh`` wr
 the commit they were measured at). Every number is recomputed from the per-trace records: pooled loss ratios and
 the pooled share of the best-heuristic -> golden gap with bootstrap intervals (:func:`evaluation.stats.pooled_bootstrap`),
 per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`), and the paired difference learned - best
-heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/test_results_report.py`` fails when the committed
+heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/docs/test_readme.py`` fails when the committed
 files drift from the records.
 """
 

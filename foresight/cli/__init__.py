@@ -12,7 +12,7 @@
 
 The arguments are parsed first: command modules import the heavy libraries (torch, transformers, the training and
 evaluation stacks) inside their ``run`` functions, not at the top of the module, so that ``foresight --help`` and
-a usage error answer without loading them (``tests/test_cli.py``).
+a usage error answer without loading them (``tests/cli/test_cli.py``).
 
 Launchers: ``torchrun -m foresight ...`` and ``foresight launch`` hand each rank its place in the environment;
 DeepSpeed's launcher (``deepspeed --module foresight ...``) also puts ``--local_rank=N`` right after the module
