@@ -9,7 +9,7 @@ benchmark at each budget (``quality_B{B}_W{W}/quality.json``) and learned replay
 scores (``across_B{B}_from{N}/fidelity.json``, ``foresight eval fidelity --score-from N``). Every number is recomputed from the per-trace records: pooled loss ratios and
 the pooled share of the best-heuristic -> golden gap with bootstrap intervals (:func:`evaluation.stats.pooled_bootstrap`),
 per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`), and the paired difference learned - best
-heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/test_results_report.py`` fails when the committed
+heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/docs/test_readme.py`` fails when the committed
 files drift from the records.
 """
 
