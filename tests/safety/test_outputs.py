@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from foresight.cli import main
-from foresight.outputs import MARKER
 from tests.conftest import run_in_progress, trace_dir
 
 TINY = ["--model", "tiny-llama"]
+MARKER = ".foresight-output.json"  # the marker file docs/reliability.md names
 
 
 def _tree(root: Path) -> dict[str, bytes]:

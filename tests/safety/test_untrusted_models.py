@@ -115,8 +115,11 @@ def test_a_config_naming_a_pickle_as_its_weights_is_refused(tmp_path):
     """transformers loads the file a config's `transformers_weights` names, safetensors or not."""
     import foresight
 
+    sentinel = tmp_path / "ran"
     model_dir = _tiny_dir(tmp_path / "model")
+    (model_dir / "adapter_model.bin").write_bytes(pickle.dumps({"model.embed_tokens.weight": _Payload(sentinel)}))
     cfg = json.loads((model_dir / "config.json").read_text())
     (model_dir / "config.json").write_text(json.dumps({**cfg, "transformers_weights": "adapter_model.bin"}))
     with pytest.raises(ModelLoadError, match="not a safetensors file"):
         foresight.load_model(str(model_dir))
+    assert not sentinel.exists()

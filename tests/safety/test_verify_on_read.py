@@ -69,10 +69,11 @@ def test_a_trace_shard_with_one_token_flipped_is_refused(traces, tmp_path, capsy
 
 
 def test_a_plan_never_points_outside_its_directory(traces, tmp_path, capsys):
-    """A plan.json shard path `../../elsewhere` was read from outside --traces."""
+    """A plan.json shard path `../../elsewhere` was read from outside --traces (`<traces>/shards/../../elsewhere`,
+    a shard planted beside --traces, was scored, exit 0)."""
     bad = tmp_path / "set" / "traces"
     shutil.copytree(traces, bad)
-    elsewhere = tmp_path / "elsewhere"
+    elsewhere = bad / "shards" / ".." / ".." / "elsewhere"  # = tmp_path/set/elsewhere: outside --traces
     shutil.copytree(next(p for p in (bad / "shards").iterdir() if not p.name.startswith(".")), elsewhere)
     plan = json.loads((bad / "plan.json").read_text())
     plan["units"][0]["shard"] = "../../elsewhere"
