@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import types
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -112,6 +113,20 @@ def note_eager(reason: str) -> None:
         print(f"[foresight] note: decoding on the eager cache (not compiled): {reason}", file=sys.stderr, flush=True)
 
 
+def make_cache(model, policy: EvictionPolicy, budget, interval, sinks: int, protect_prompt: bool,
+               static: bool | StaticConfig, max_cache_len: int, padded: bool) -> BudgetedCache:
+    """The cache :func:`foresight.generate` decodes with: a :class:`StaticBudgetedCache` when ``static`` asks for
+    one and the policy (and batch) allow it, else the eager :class:`~foresight.cache.BudgetedCache` (printing why)."""
+    if static:
+        cfg = static if isinstance(static, StaticConfig) else StaticConfig()
+        reason = static_reason(policy, budget if policy.evicts else None, padded)
+        if reason is None:
+            return StaticBudgetedCache(model, policy, budget, interval, sinks, protect_prompt,
+                                       max_cache_len=max_cache_len, static=cfg)
+        note_eager(reason)
+    return BudgetedCache(model, policy, budget, interval, sinks, protect_prompt)
+
+
 # -- the step ---------------------------------------------------------------------------------------------------
 def static_attention(module, query, key, value, attention_mask, **kwargs):
     """SDPA over a layer's ``C`` static slots, masked to the live ones; records the query when asked."""
@@ -162,15 +177,20 @@ def make_step(model) -> Callable:
     return step
 
 
-def compiled_step(model, cfg: StaticConfig, device: torch.device) -> Callable:
-    """``model``'s static step, compiled once per (backend, mode, fullgraph) and kept on the model."""
+def compiled_step(model, cfg: StaticConfig, device: torch.device, shapes: tuple) -> Callable:
+    """``model``'s static step for buffers of ``shapes``, compiled once per (backend, mode, fullgraph, shapes) and
+    kept on the model. Each is its own code object, so dynamo's per-code recompile limit never counts the shapes of
+    other caches, and each compiles exactly once (``dynamic=False``: every shape is static)."""
     if not cfg.compile:
         return make_step(model)
     steps = model.__dict__.setdefault(_STEPS, {})
     mode = cfg.resolved_mode(device)
-    key = (cfg.backend, mode, cfg.fullgraph)
+    key = (cfg.backend, mode, cfg.fullgraph, shapes)
     if key not in steps:
-        steps[key] = torch.compile(make_step(model), backend=cfg.backend, mode=mode, fullgraph=cfg.fullgraph)
+        step = make_step(model)
+        fresh = types.FunctionType(step.__code__.replace(), step.__globals__, step.__name__, step.__defaults__,
+                                   step.__closure__)
+        steps[key] = torch.compile(fresh, backend=cfg.backend, mode=mode, fullgraph=cfg.fullgraph, dynamic=False)
     return steps[key]
 
 
@@ -242,6 +262,9 @@ class StaticBudgetedCache(BudgetedCache):
             shared.tensors = fitted
             for layer, m in zip(layers, held):
                 layer._attach(m)
+        else:  # slots past the entries may hold uninitialised memory: a NaN there would leak through a 0 weight
+            for t in shared.tensors[:2]:
+                t[:, :, :, n:].zero_()
         device = shared.tensors[0].device
         if self.policy.observes and self._queries is None:
             L, b = len(self.layers), shared.tensors[0].shape[1]
@@ -251,8 +274,9 @@ class StaticBudgetedCache(BudgetedCache):
         if device.type == "cuda" and not torch.compiler.is_compiling():
             for t in (*shared.tensors, *([] if self._queries is None else [self._queries])):
                 torch._dynamo.mark_static_address(t)
-        if self._step_fn is None:
-            self._step_fn = compiled_step(self._model, self.static_config, device)
+        shapes = (*(tuple(t.shape) for t in shared.tensors), shared.tensors[0].dtype,
+                  None if self._queries is None else tuple(self._queries.shape))
+        self._step_fn = compiled_step(self._model, self.static_config, device, shapes)
         self._n = self._exposed = n
         self._static = True
 
@@ -381,4 +405,4 @@ def install_static_forward(model) -> None:
     model.__dict__[_WRAPPED] = True
 
 
-__all__ = ["STATIC_ATTENTION", "StaticBudgetedCache", "StaticConfig", "note_eager", "static_reason"]
+__all__ = ["STATIC_ATTENTION", "StaticBudgetedCache", "StaticConfig", "make_cache", "note_eager", "static_reason"]
