@@ -318,6 +318,9 @@ class StaticBudgetedCache(BudgetedCache):
             raise ForesightError(f"StaticBudgetedCache: all {cap} slots are used (max_cache_len={self.max_cache_len});"
                                  " build it with a larger max_cache_len")
         device = ids.device
+        # fresh (b, 1) tensors: views of a growing attention mask change strides from step to step (a recompile)
+        ids, positions, valid = (t.reshape(-1, 1).clone(memory_format=torch.contiguous_format)
+                                 for t in (ids, positions, valid))
         slot = torch.full((1,), n, dtype=torch.long, device=device)
         qslot = torch.full((1,), len(self._held), dtype=torch.long, device=device) if self._queries is not None \
             else None

@@ -56,8 +56,8 @@ def test_generate_static_equals_eager(model_name, name):
         assert res.stats == ref.stats, label
 
 
-def _hf(model, ids, cache, n=40):
-    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=cache,
+def _hf(model, ids, cache, n=40, mask_dtype=torch.long):
+    return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids, dtype=mask_dtype), past_key_values=cache,
                           do_sample=False, max_new_tokens=n, min_new_tokens=n)
 
 
@@ -120,7 +120,8 @@ def test_a_thousand_decode_steps_compile_once():
         with torch.inference_mode():
             cache = StaticBudgetedCache(model, name, budget, interval, max_cache_len=1010,
                                         static=StaticConfig(backend=counter))
-            _hf(model, torch.tensor(prompts(model, rows=1, length=8, seed=5)), cache, n=1000)
+            # a boolean mask: each step's validity is a view of the growing mask, its strides change every step
+            _hf(model, torch.tensor(prompts(model, rows=2, length=8, seed=5)), cache, n=1000, mask_dtype=torch.bool)
         assert cache.static_steps == 999
         assert counter.frame_count == 1, name
         if name == "h2o":
@@ -191,3 +192,30 @@ def test_cuda_graphs_step_equals_eager_on_gpu(name):
     ref = foresight.generate(model, tok, rows, policy=policy(name, model), **kw)
     got = foresight.generate(model, tok, rows, policy=policy(name, model), static=True, **kw)
     assert torch.equal(got.sequences, ref.sequences)
+
+
+@pytest.mark.slow  # inductor compiles the step on the CPU (about 25 s on two cores)
+def test_bench_compile_both_measures_each_policy_both_ways(tmp_path, capsys):
+    from foresight.cli import main
+
+    out = tmp_path / "bench"
+    assert main(["bench", "--model", "tiny-llama", "--policies", "h2o", "--budget", "16", "--interval", "4",
+                 "--new-tokens", "24", "--repeats", "1", "--prompt", "hello", "--compile", "both",
+                 "--out", str(out)]) == 0
+    import json
+
+    data = json.loads((out / "bench.json").read_text())
+    recs = {r["policy"]: r for r in data["records"]}
+    assert set(recs) == {"full", "h2o", "full compiled", "h2o compiled"}
+    assert [recs[n]["compiled"] for n in ("full", "h2o", "full compiled", "h2o compiled")] == [False, False, True, True]
+    assert recs["h2o compiled"]["evictions"] == recs["h2o"]["evictions"] > 0
+    assert data["settings"]["compile"] == "both"
+
+
+def test_bench_compile_refuses_a_policy_it_cannot_take(capsys):
+    from foresight.cli import main
+
+    assert main(["bench", "--model", "tiny-llama", "--policies", "h2o,tova", "--budget", "16", "--interval", "4",
+                 "--compile", "yes"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--compile yes: policy 'tova' observes every decode step layer by layer" in err[0]
