@@ -219,3 +219,18 @@ def test_bench_compile_refuses_a_policy_it_cannot_take(capsys):
                  "--compile", "yes"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--compile yes: policy 'tova' observes every decode step layer by layer" in err[0]
+
+
+@pytest.mark.parametrize("name", ["h2o", "learned-topk", "streaming_llm"])
+@pytest.mark.parametrize("cfg", [EAGER, COMPILED], ids=["static", "compiled"])
+def test_static_decode_steps_read_nothing_back(monkeypatch, name, cfg):
+    """The static path keeps the decode loop's contract (tests/test_sync_free.py): no read inside a decode step."""
+    from tests.test_sync_free import _generate_without_reads, _policy
+
+    model, tok = get_model("tiny-llama")
+    kw = dict(budget=B, interval=W, max_new_tokens=30, stop_on_eos=False)
+    ref = foresight.generate(model, tok, prompts(model, seed=11), policy=_policy(name, model), **kw)
+    res, allowed = _generate_without_reads(monkeypatch, model, tok, _policy(name, model), prompts(model, seed=11),
+                                           static=cfg, **kw)
+    assert torch.equal(res.sequences, ref.sequences)
+    assert allowed.get("event", 0) == res.stats["evictions"] > 0
