@@ -234,3 +234,14 @@ def test_static_decode_steps_read_nothing_back(monkeypatch, name, cfg):
                                            static=cfg, **kw)
     assert torch.equal(res.sequences, ref.sequences)
     assert allowed.get("event", 0) == res.stats["evictions"] > 0
+
+
+@pytest.mark.parametrize("name, kwargs", [("lazy", {}), ("keydiff", {}), ("random", {}), ("paged", {"block_size": 2})])
+def test_other_policies_it_takes_keep_their_tokens(name, kwargs):
+    model, tok = get_model("tiny-qwen3")
+    rows = prompts(model, seed=12)
+    kw = dict(budget=B, interval=W, max_new_tokens=40, stop_on_eos=False)
+    ref = foresight.generate(model, tok, rows, policy=make_policy(name, **kwargs), **kw)
+    got = foresight.generate(model, tok, rows, policy=make_policy(name, **kwargs), static=COMPILED, **kw)
+    assert ref.stats["evictions"] >= 5
+    assert torch.equal(got.sequences, ref.sequences) and got.stats == ref.stats
