@@ -19,8 +19,8 @@ policy follow; the write pointer goes back to ``B``. Logical positions (RoPE) ar
 depend on the slot.
 
 The step is compiled with ``torch.compile(fullgraph=True)`` (mode ``reduce-overhead`` on CUDA: CUDA graphs) once
-per model, backend and mode; it does not recompile from one step to the next (the slot and query-row numbers are
-tensors). ``compile=False`` runs the same step eagerly.
+per model, backend, mode and buffer shape; it does not recompile from one step to the next (the slot and query-row
+numbers are tensors). ``compile=False`` runs the same step eagerly.
 
 Supported policies: those that observe nothing (``full``, ``streaming_llm``, ``random``, ...) and those that take
 decode steps all layers at once (``observes_layers``); :func:`static_reason` names why another policy (or a
@@ -59,7 +59,7 @@ from foresight.observer import Observer
 from foresight.policies import EvictionPolicy
 
 STATIC_ATTENTION = "foresight_static"
-_STEPS = "_foresight_static_steps"  # per model: {(backend, mode, fullgraph): compiled step}
+_STEPS = "_foresight_static_steps"  # per model: {(backend, mode, fullgraph, buffer shapes): compiled step}
 _WRAPPED = "_foresight_static_forward"
 _NOTED: set[str] = set()
 
