@@ -225,7 +225,7 @@ def test_bench_compile_refuses_a_policy_it_cannot_take(capsys):
 @pytest.mark.parametrize("cfg", [EAGER, COMPILED], ids=["static", "compiled"])
 def test_static_decode_steps_read_nothing_back(monkeypatch, name, cfg):
     """The static path keeps the decode loop's contract (tests/test_sync_free.py): no read inside a decode step."""
-    from tests.test_sync_free import _generate_without_reads, _policy
+    from tests.runtime.test_sync_free import _generate_without_reads, _policy
 
     model, tok = get_model("tiny-llama")
     kw = dict(budget=B, interval=W, max_new_tokens=30, stop_on_eos=False)
