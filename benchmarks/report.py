@@ -78,11 +78,11 @@ def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: lis
     by = {r["policy"]: r for r in at_large}
     ids = sorted(by["golden"]["per_trace_ce"])
     if sorted(rec["per_trace_ce"]) != ids or any(
-            abs(rec["per_trace_ce"][t][1] - by["golden"]["per_trace_ce"][t][1]) > 1e-6 * abs(by["golden"]["per_trace_ce"][t][1])
+            abs(rec["per_trace_ce"][t][1] - by["golden"]["per_trace_ce"][t][1]) > 1e-4 * abs(by["golden"]["per_trace_ce"][t][1])
             or rec["per_trace_ce"][t][2] != by["golden"]["per_trace_ce"][t][2] for t in ids):
         raise ForesightError(f"{RECORDS / name}: not the traces and positions of {_quality_dir(*large)} "
                              "(their full-cache CE differs); measure both anew with bash benchmarks/untouched/run.sh")
-    best = quality_summary(at_large, [])["best_heuristic"]
+    best = quality_summary([r for r in at_large if r["policy"] != LEARNED], [])["best_heuristic"]
     heuristics = [p for p in by if p not in ("golden", LEARNED)]
     ce = {p: [by[p]["per_trace_ce"][t][0] for t in ids] for p in heuristics}
     ce["small"] = [rec["per_trace_ce"][t][0] for t in ids]
@@ -188,6 +188,8 @@ def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[st
     pols = ["golden", LEARNED, *numbers[BUDGETS[-1]]["heuristics"]]
     out = ["## Quality against budget", "",
            "![loss ratio against budget](img/budget.png)", "",
+           "The plot draws golden, learned and the five best heuristics at the largest budget; the table has every "
+           "policy.", "",
            "Pooled loss ratio [95% CI] at each budget; each budget scores its own positions (≥ B+W), so a column "
            "compares policies and a row shows the trend, not an exact trade. The B=32 scorer is the shipped B=64 "
            "scorer moved to the smaller cache (`foresight export --budget 32 --interval 8`), not one trained there.",
@@ -237,7 +239,8 @@ def plot(numbers: dict[tuple[int, int], dict], path: Path) -> None:
 
 
 def plot_budget(numbers: dict[tuple[int, int], dict], path: Path) -> None:
-    """Pooled loss ratio against budget, one line per policy, with its interval."""
+    """Pooled loss ratio against budget, one line per policy, with its interval: golden, learned and the five best
+    heuristics at the largest budget (the table under the plot has them all)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -246,7 +249,7 @@ def plot_budget(numbers: dict[tuple[int, int], dict], path: Path) -> None:
     fig = Figure(figsize=(6.4, 4.2))
     ax = fig.add_subplot(1, 1, 1)
     xs = [b for b, _ in BUDGETS]
-    for p in ["golden", LEARNED, *[h for h in numbers[BUDGETS[-1]]["heuristics"] if h != "random"]]:
+    for p in ["golden", LEARNED, *numbers[BUDGETS[-1]]["heuristics"][:5]]:
         r = [numbers[s]["pooled"]["ratio"][p] for s in BUDGETS]
         style = ({"color": "#888888", "ls": "--", "lw": 2} if p == "golden" else
                  {"color": "#d62728", "lw": 2.5} if p == LEARNED else {"lw": 1, "alpha": 0.8})
