@@ -24,8 +24,9 @@ from pathlib import Path
 
 from evaluation.adapted import compare_adapters
 from evaluation.quality import check_record_values
-from foresight.config import check_output_file, nonnegative_int, read_json
+from foresight.config import nonnegative_int, read_json
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_file
 
 #: What each record of an ``adapt_eval.py`` output needs for the comparison.
 RECORD_KEYS = ("policy", "loss_ratio", "ce_full", "tokens", "per_trace_ratio")

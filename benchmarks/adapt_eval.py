@@ -28,9 +28,10 @@ from evaluation.adapted import compare_adapted, fidelity_by_policy
 from evaluation.policies import check_own_inputs, make_factory, parse_policies
 from foresight.cli.args import parse_policy_args
 from foresight.adapters import attach_adapter, read_adapter_config, read_training_meta
-from foresight.config import check_output_dir, nonnegative_int, positive_int
+from foresight.config import nonnegative_int, positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.models import load_model
+from foresight.output_paths import check_output_dir
 from foresight.policies import checked_policy
 from foresight.schedule import cache_config_arg
 from foresight.scorer import resolve_scorer, scorer_sha256

@@ -33,8 +33,9 @@ from pathlib import Path
 
 from evaluation.stats import paired_bootstrap
 from foresight.adapters import TRAINING_META, read_training_meta
-from foresight.config import check_output_file, nonnegative_int
+from foresight.config import nonnegative_int
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_file
 from training.checkpoint import find_latest, latest_step
 from training.logging import read_metrics
 

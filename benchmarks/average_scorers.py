@@ -1,5 +1,5 @@
-"""Write one scorer that scores the mean of several (:meth:`foresight.scorer.Scorer.average`): an ensemble that
-every tool takes as it takes any scorer directory.
+"""Write one scorer that scores the mean of several: an ensemble that every tool takes as it takes any scorer
+directory (:func:`foresight.scorer_average.average_scorers`).
 
     python benchmarks/average_scorers.py --out runs/avg_b64 smollm2-135m-b64-w16 \
         runs/quality_B64/sl_long_scorer
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foresight.config import check_output_dir, positive_float
+from foresight.config import positive_float
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_dir
 from foresight.scorer import Scorer, scorer_sha256
+from foresight.scorer_average import average_scorers
 
 
 def main(argv=None) -> int:
@@ -38,7 +40,7 @@ def main(argv=None) -> int:
                                  for m, s in zip(args.members, scorers)]}
     if args.temperature is not None:
         provenance["temperature_chosen"] = "--temperature"
-    avg = Scorer.average(scorers, provenance=provenance, temperature=args.temperature, fix="pass --temperature T")
+    avg = average_scorers(scorers, provenance=provenance, temperature=args.temperature, fix="pass --temperature T")
     avg.save_pretrained(out)
     print(f"wrote the mean of {len(scorers)} scorers (hidden {avg.config.hidden}, B={avg.config.budget}, "
           f"W={avg.config.interval}, temperature {avg.config.temperature}) to {out}")

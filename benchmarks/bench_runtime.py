@@ -20,8 +20,9 @@ import time
 import torch
 
 import foresight
-from foresight.config import check_output_file, positive_int
+from foresight.config import positive_int
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_file
 from foresight.policies import checked_policy
 from foresight.schedule import cache_config_arg
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from foresight.config import check_output_dir
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_dir
 from foresight.scorer import TOPK_DEFAULTS, Scorer, ScorerConfig
 
 

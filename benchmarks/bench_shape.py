@@ -17,12 +17,14 @@ import torch
 import transformers
 
 from evaluation.efficiency import bench_table, benchmark, write_bench
-from foresight.config import check_device, check_output_dir
+from foresight.config import check_device
 from foresight.errors import ForesightError, OneLineParser, run_script
-from foresight.models import byte_tokenizer, default_device, default_dtype, model_fingerprint, register_attention
+from foresight.models import default_device, default_dtype, model_fingerprint, register_attention
+from foresight.output_paths import check_output_dir
 from foresight.policies import checked_policy, make_policy, policy_names
 from foresight.schedule import cache_config_arg
 from foresight.scorer import Scorer, ScorerConfig
+from foresight.tiny_models import byte_tokenizer
 
 #: Published configurations (layers, widths, heads, vocabulary, RoPE base) of the models the README names.
 SHAPES: dict[str, tuple[str, dict]] = {

@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from foresight.config import check_output_file, positive_int
+from foresight.config import positive_int
 from foresight.errors import OneLineParser, run_script
 from foresight.fingerprint import file_sha256
+from foresight.output_paths import check_output_file
 
 BLOCK = 1 << 20
 

@@ -3,12 +3,13 @@
     python benchmarks/report.py            # rewrite docs/results.md, the README's table and docs/img/results.png
     python benchmarks/report.py --check    # exit 1 when either file differs from what the records give
 
-Input: the untouched split's quality records (``benchmarks/untouched/run.sh`` writes them to
-``benchmarks/current/untouched/quality_B{B}_W{W}/quality.json``) and ``measured.json`` beside them (the date and
-the commit they were measured at). Every number is recomputed from the per-trace records: pooled loss ratios and
+Input: the untouched split's records, each with a ``measured.json`` beside it (the date and the commit it was
+measured at), all written by ``benchmarks/untouched/run.sh`` to ``benchmarks/current/untouched/``: the quality
+benchmark at each budget (``quality_B{B}_W{W}/quality.json``) and learned replayed on the positions a larger budget
+scores (``across_B{B}_from{N}/fidelity.json``, ``foresight eval fidelity --score-from N``). Every number is recomputed from the per-trace records: pooled loss ratios and
 the pooled share of the best-heuristic -> golden gap with bootstrap intervals (:func:`evaluation.stats.pooled_bootstrap`),
 per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`), and the paired difference learned - best
-heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/test_results_report.py`` fails when the committed
+heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/docs/test_readme.py`` fails when the committed
 files drift from the records.
 """
 
@@ -19,12 +20,14 @@ import sys
 from pathlib import Path
 
 from evaluation.quality import quality_summary
-from evaluation.stats import mean_bootstrap, pooled_bootstrap
+from evaluation.stats import mean_bootstrap, paired_bootstrap, pooled_bootstrap
 from foresight.errors import ForesightError, OneLineParser, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = REPO / "benchmarks" / "current" / "untouched"
-SETTINGS = ((64, 16), (128, 32))
+SETTINGS = ((64, 16), (128, 32))  # the headline's
+BUDGETS = ((32, 8), (64, 16), (128, 32))  # the quality-against-budget curve
+ACROSS = (((32, 8), (64, 16)), ((32, 8), (128, 32)), ((64, 16), (128, 32)))  # learned at one, heuristics at the other
 LEARNED = "learned"
 ROWS = ("full", "golden", LEARNED, "best", "h2o", "streaming_llm")
 LABELS = {
@@ -44,9 +47,52 @@ def _read_json(path: Path):
         raise ForesightError(f"{path}: not a readable record ({exc}); run bash benchmarks/untouched/run.sh") from None
 
 
+def _quality_dir(budget: int, interval: int) -> str:
+    return f"quality_B{budget}_W{interval}"
+
+
+def _across_dir(small: tuple[int, int], first: int) -> str:
+    return f"across_B{small[0]}_from{first}"
+
+
 def _load(budget: int, interval: int) -> list[dict]:
-    data = _read_json(RECORDS / f"quality_B{budget}_W{interval}" / "quality.json")
+    data = _read_json(RECORDS / _quality_dir(budget, interval) / "quality.json")
     return [r for r in data["records"] if (r["budget"], r["interval"]) == (budget, interval)]
+
+
+def _measured(name: str) -> dict:
+    return _read_json(RECORDS / name / "measured.json")
+
+
+def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: list[dict]) -> dict:
+    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there):
+    pooled ratios with intervals and learned's paired per-trace difference with the best heuristic there. The full
+    cache's CE of each trace must be the same in both records (the same traces and positions), or nothing is
+    compared."""
+    first = sum(large)
+    name = _across_dir(small, first)
+    rec = next((r for r in _read_json(RECORDS / name / "fidelity.json") if r["policy"] == LEARNED), None)
+    if rec is None or (rec["budget"], rec["interval"], rec.get("score_from")) != (*small, first):
+        raise ForesightError(f"{RECORDS / name / 'fidelity.json'}: no learned record at B={small[0]}, W={small[1]} "
+                             f"scored from position {first}; run bash benchmarks/untouched/run.sh")
+    by = {r["policy"]: r for r in at_large}
+    ids = sorted(by["golden"]["per_trace_ce"])
+    if sorted(rec["per_trace_ce"]) != ids or any(
+            abs(rec["per_trace_ce"][t][1] - by["golden"]["per_trace_ce"][t][1]) > 1e-4 * abs(by["golden"]["per_trace_ce"][t][1])
+            or rec["per_trace_ce"][t][2] != by["golden"]["per_trace_ce"][t][2] for t in ids):
+        raise ForesightError(f"{RECORDS / name}: not the traces and positions of {_quality_dir(*large)} "
+                             "(their full-cache CE differs); measure both anew with bash benchmarks/untouched/run.sh")
+    best = quality_summary([r for r in at_large if r["policy"] != LEARNED], [])["best_heuristic"]
+    heuristics = [p for p in by if p not in ("golden", LEARNED)]
+    ce = {p: [by[p]["per_trace_ce"][t][0] for t in ids] for p in heuristics}
+    ce["small"] = [rec["per_trace_ce"][t][0] for t in ids]
+    pooled = pooled_bootstrap(ce, [by["golden"]["per_trace_ce"][t][1] for t in ids])
+    diff = paired_bootstrap([rec["per_trace_ratio"][t] for t in ids], [by[best]["per_trace_ratio"][t] for t in ids])
+    wins = sum(rec["per_trace_ratio"][t] < by[best]["per_trace_ratio"][t] for t in ids)
+    return {"small": small, "large": large, "best": best, "traces": len(ids), "first": first,
+            "learned": pooled["ratio"]["small"], "best_ratio": pooled["ratio"][best], "diff": diff, "wins": wins,
+            "beaten": sum(pooled["ratio"]["small"]["value"] < pooled["ratio"][p]["value"] for p in heuristics),
+            "heuristics": len(heuristics)}
 
 
 def setting_numbers(records: list[dict]) -> dict:
@@ -69,6 +115,12 @@ def setting_numbers(records: list[dict]) -> dict:
 def _ci(v: dict, value: str = "value", pct: bool = False) -> str:
     f = (lambda x: f"{x:.1%}") if pct else (lambda x: f"{x:.3f}")
     return f"{f(v[value])} [{f(v['ci_low'])}, {f(v['ci_high'])}]"
+
+
+def _when(measured: list[dict]) -> str:
+    """"Measured DATE at commit `C`" for records measured together, or each date and commit."""
+    seen = sorted({(m["date"], m["commit"]) for m in measured})
+    return " and ".join(f"{d} at commit `{c}`" for d, c in seen)
 
 
 def headline(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
@@ -102,12 +154,12 @@ def headline(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
             f"problems in `benchmarks/untouched/problems.jsonl`, written for this release and never used to choose "
             f"anything ({traces} long enough to score). The shipped scorers were chosen on other traces "
             f"(selection traces, [docs/experiments.md](docs/experiments.md)); the best heuristic is chosen here, "
-            f"after the fact, which favours it. Measured {measured['date']} at commit `{measured['commit']}` by "
+            f"after the fact, which favours it. Measured {_when([measured[_quality_dir(*s)] for s in SETTINGS])} by "
             f"`bash benchmarks/untouched/run.sh`; this table by `python benchmarks/report.py`.")
     return "\n".join(lines) + "\n\n" + note + "\n"
 
 
-def results_page(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
+def results_page(numbers: dict[tuple[int, int], dict], across: list[dict], measured: dict) -> str:
     """docs/results.md: the headline, then every policy at each setting."""
     out = ["# Results", "", "Generated by `python benchmarks/report.py` from the records in "
            "`benchmarks/current/untouched/`; do not edit by hand.", "", "## Headline", "",
@@ -122,9 +174,43 @@ def results_page(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
             out.append(f"| {p} | {_ci(n['pooled']['ratio'][p])} | {_ci(n['means'][p], 'mean')} | "
                        f"{_ci(n['pooled']['share'][p], pct=True)} |")
         out.append("")
-    out += ["## Regenerate", "", "```bash", "bash benchmarks/untouched/run.sh     # about 1 h on 2 CPU cores, resumable",
-            "python benchmarks/report.py          # this page, the README's table, img/results.png", "```", ""]
+    out += budget_section(numbers, across, measured)
+    out += ["## Regenerate", "", "```bash",
+            "bash benchmarks/untouched/run.sh     # about 1 h 30 min on 2 CPU cores, resumable",
+            "python benchmarks/report.py          # this page, the README's table, img/results.png, img/budget.png",
+            "```", ""]
     return "\n".join(out)
+
+
+def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[str]:
+    """Quality against budget: every policy at each B (its own positions), then learned against the heuristics at
+    two and four times its budget on the same positions."""
+    pols = ["golden", LEARNED, *numbers[BUDGETS[-1]]["heuristics"]]
+    out = ["## Quality against budget", "",
+           "![loss ratio against budget](img/budget.png)", "",
+           "The plot draws golden, learned and the five best heuristics at the largest budget; the table has every "
+           "policy.", "",
+           "Pooled loss ratio [95% CI] at each budget; each budget scores its own positions (≥ B+W), so a column "
+           "compares policies and a row shows the trend, not an exact trade. The B=32 scorer is the shipped B=64 "
+           "scorer moved to the smaller cache (`foresight export --budget 32 --interval 8`), not one trained there.",
+           "", "| policy | " + " | ".join(f"B={b}/W={w}" for b, w in BUDGETS) + " |",
+           "|---" + "|---:" * len(BUDGETS) + "|"]
+    for p in pols:
+        out.append(f"| {p} | " + " | ".join(_ci(numbers[s]["pooled"]["ratio"][p]) for s in BUDGETS) + " |")
+    out += ["", "### Learned with half and a quarter of the memory", "",
+            "Learned at budget B against the heuristics at a larger budget, on the same traces and the same positions "
+            "(those the larger budget scores: learned is replayed with `foresight eval fidelity --score-from`). The "
+            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "",
+            "| learned at | heuristics at | positions | learned, pooled [95% CI] | best heuristic, pooled [95% CI] | "
+            "learned − best heuristic, paired per trace [95% CI] | traces learned wins | heuristics learned beats |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+    for a in across:
+        (b, w), (lb, lw), d = a["small"], a["large"], a["diff"]
+        out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | ≥ {a['first']} | {_ci(a['learned'])} | "
+                   f"{a['best']} {_ci(a['best_ratio'])} | {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
+                   f"| {a['wins']} / {a['traces']} | {a['beaten']} / {a['heuristics']} |")
+    out += ["", f"Untouched split, as the headline. Measured {_when(list(measured.values()))}.", ""]
+    return out
 
 
 def plot(numbers: dict[tuple[int, int], dict], path: Path) -> None:
@@ -152,10 +238,40 @@ def plot(numbers: dict[tuple[int, int], dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def plot_budget(numbers: dict[tuple[int, int], dict], path: Path) -> None:
+    """Pooled loss ratio against budget, one line per policy, with its interval: golden, learned and the five best
+    heuristics at the largest budget (the table under the plot has them all)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    xs = [b for b, _ in BUDGETS]
+    for p in ["golden", LEARNED, *numbers[BUDGETS[-1]]["heuristics"][:5]]:
+        r = [numbers[s]["pooled"]["ratio"][p] for s in BUDGETS]
+        style = ({"color": "#888888", "ls": "--", "lw": 2} if p == "golden" else
+                 {"color": "#d62728", "lw": 2.5} if p == LEARNED else {"lw": 1, "alpha": 0.8})
+        ax.errorbar(xs, [v["value"] for v in r], yerr=[[v["value"] - v["ci_low"] for v in r],
+                                                       [v["ci_high"] - v["value"] for v in r]],
+                    marker="o", ms=4, capsize=3, label=p, **style)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [f"B={b}\nW={w}" for b, w in BUDGETS])
+    ax.set_ylabel("pooled loss ratio (1 = full cache)")
+    ax.set_title("Quality against KV budget (untouched traces)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def render() -> tuple[str, str, dict]:
-    measured = _read_json(RECORDS / "measured.json")
-    numbers = {s: setting_numbers(_load(*s)) for s in SETTINGS}
-    return headline(numbers, measured), results_page(numbers, measured), numbers
+    records = {s: _load(*s) for s in BUDGETS}
+    numbers = {s: setting_numbers(records[s]) for s in BUDGETS}
+    across = [across_numbers(small, large, records[large]) for small, large in ACROSS]
+    names = [_quality_dir(*s) for s in BUDGETS] + [_across_dir(s, sum(large)) for s, large in ACROSS]
+    measured = {n: _measured(n) for n in names}  # keyed by record directory
+    return headline(numbers, measured), results_page(numbers, across, measured), numbers
 
 
 def readme_with(readme: str, table: str) -> str:
@@ -183,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     readme_path.write_text(readme)
     page_path.write_text(page)
     plot(numbers, REPO / "docs" / "img" / "results.png")
-    print(f"wrote README.md's table, {page_path.relative_to(REPO)}, docs/img/results.png")
+    plot_budget(numbers, REPO / "docs" / "img" / "budget.png")
+    print(f"wrote README.md's table, {page_path.relative_to(REPO)}, docs/img/results.png, docs/img/budget.png")
     return 0
 
 

@@ -10,6 +10,7 @@ Time spent inside the policy's hooks (``observe``/``observe_layers``/``score``/`
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import time
@@ -32,6 +33,8 @@ BENCH_OUTPUT = OutputKind("bench", ("bench.json", "bench.md"), (("bench.json", "
 
 DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. " \
                  "How many clips did Natalia sell altogether in April and May?"
+#: ``bench --compile``: the eager cache, the static cache's compiled decode step, or both side by side.
+COMPILE_CHOICES = ("no", "yes", "both")
 _HOOKS = ("observe", "observe_layers", "score", "select", "on_evict")
 
 
@@ -88,6 +91,7 @@ def benchmark(
     sinks: int = 0,
     policy_factory: Callable[[str, int], EvictionPolicy | None] | None = None,
     warmup: bool = True,
+    compile: str = "no",
 ) -> list[dict]:
     """Measure decode speed and peak KV memory of each policy against the full cache, side by side.
 
@@ -95,6 +99,11 @@ def benchmark(
     ``peak_kv_entries`` (max per layer), ``peak_kv_bytes`` (K+V over all layers), ``policy_seconds`` (median
     time inside the policy's hooks), ``policy_overhead`` (its share of the wall time) and the ratios
     ``speed_vs_full`` / ``kv_bytes_vs_full``.
+
+    ``compile``: ``no`` (the eager cache), ``yes`` (every policy on the static cache with its compiled decode step,
+    :mod:`foresight.static_cache`) or ``both`` (each policy both ways, interleaved; the compiled rows are named
+    ``<policy> compiled``). A policy the static cache cannot take is refused. With the static cache the warm-up is
+    one whole untimed run of each side (it compiles the step for the shapes the timed runs use).
     """
     if new_tokens <= 0 or repeats <= 0 or batch_size <= 0:
         raise ForesightError("--new-tokens, --repeats and --batch-size must be positive")
@@ -102,6 +111,8 @@ def benchmark(
         CacheConfig(budget, interval, sinks)
     except ValueError as exc:
         raise ForesightError(str(exc)) from None
+    if compile not in COMPILE_CHOICES:
+        raise ForesightError(f"--compile must be one of {', '.join(COMPILE_CHOICES)}, got {compile!r}")
     factory = policy_factory or (lambda name, b: make_policy(name))
     built: dict[str, EvictionPolicy] = {"full": make_policy("full")}
     for p in policies:
@@ -114,6 +125,7 @@ def benchmark(
         # by the spec asked for: two specs of one policy class (caote:h2o, caote:tova) share its name, and keying by
         # the name measured only the first, under the bare name
         built.setdefault(p if isinstance(p, str) else pol.name, pol)
+    compiled = _compiled_sides(built, compile, budget)
     device = model.device
     timers = {name: _HookTimer(pol, device) for name, pol in built.items()}
     prompts = [prompt or DEFAULT_PROMPT] * batch_size
@@ -125,7 +137,7 @@ def benchmark(
         t0 = time.perf_counter()
         res = generate(model, tokenizer, prompts, policy=pol, budget=budget if pol.evicts else None,
                        interval=interval if pol.evicts else None, sinks=sinks, max_new_tokens=new_tokens,
-                       stop_on_eos=False)
+                       stop_on_eos=False, static=name in compiled)
         _sync(device)
         elapsed = time.perf_counter() - t0
         got = min(len(t) for t in res.token_ids)
@@ -137,6 +149,8 @@ def benchmark(
     if warmup:
         if device.type == "cuda":  # cuDNN plans attention per new KV length: the full cache meets every length
             run("full")            # of every policy's run; the first run would otherwise pay for them alone
+        for name in compiled:  # compiles the step for the timed runs' shapes
+            run(name)
         for name in names:
             generate(model, tokenizer, prompts[:1], policy=built[name], budget=budget if built[name].evicts else None,
                      interval=interval if built[name].evicts else None, sinks=sinks, max_new_tokens=4,
@@ -172,12 +186,31 @@ def benchmark(
             "policy_seconds": statistics.median(hooks[name]),
             "policy_overhead": statistics.median(hooks[name]) / med,
             "evictions": stats[name]["evictions"],
+            "compiled": name in compiled,
         })
     full = records[0]
     for rec in records:
         rec["speed_vs_full"] = rec["tokens_per_s"] / full["tokens_per_s"]
         rec["kv_bytes_vs_full"] = rec["peak_kv_bytes"] / full["peak_kv_bytes"]
     return records
+
+
+def _compiled_sides(built: dict[str, EvictionPolicy], compile: str, budget: int) -> set[str]:
+    """The sides of ``built`` that decode on the static cache (``both`` adds a ``<name> compiled`` side per policy,
+    a policy object of its own); refuses a policy the static cache cannot take, naming it."""
+    if compile == "no":
+        return set()
+    from foresight.static_cache import static_reason
+
+    for name, pol in built.items():
+        reason = static_reason(pol, budget if pol.evicts else None)
+        if reason:
+            raise ForesightError(f"--compile {compile}: {reason}")
+    if compile == "yes":
+        return set(built)
+    for name, pol in list(built.items()):
+        built[f"{name} compiled"] = copy.deepcopy(pol)
+    return {name for name in built if name.endswith(" compiled")}
 
 
 def write_bench(out: str | Path, meta: dict, header: str, records: Sequence[dict]) -> tuple[Path, Path]:
@@ -206,4 +239,4 @@ def bench_table(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BENCH_OUTPUT", "DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]
+__all__ = ["BENCH_OUTPUT", "COMPILE_CHOICES", "DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]

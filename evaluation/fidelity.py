@@ -176,6 +176,7 @@ def evaluate_fidelity(
     progress: bool = False,
     on_skip: Callable[[str, int, str], None] | None = None,
     journal: str | Path | None = None,
+    score_from: int = 0,
 ) -> list[dict]:
     """Replay ``sequences`` under every policy and budget and compare with the full cache.
 
@@ -203,6 +204,9 @@ def evaluate_fidelity(
         after a crash with the same file and the same inputs, the evaluation resumes where it stopped and returns
         what an uninterrupted run returns; a journal of other inputs is refused. The caller deletes it once the
         results are written.
+    score_from
+        Score positions ``>= max(B + W, score_from)`` only. Budgets compared with each other need the same scored
+        positions: ``score_from`` = the largest ``B + W`` puts every budget on the positions the largest scores.
 
     Returns
     -------
@@ -216,6 +220,8 @@ def evaluate_fidelity(
         raise ForesightError("no traces to evaluate")
     if not budgets:
         raise ForesightError("no budgets given")
+    if score_from < 0:
+        raise ForesightError(f"score_from {score_from}: must be >= 0")
     for b in budgets:
         try:
             CacheConfig(int(b), interval, sinks)
@@ -254,12 +260,12 @@ def evaluate_fidelity(
         if callable(check):
             check(all_ids, [list(map(int, s)) for s in sequences], fp)
     acc = {(name, b): _Accumulator() for name, b, _ in plan}
-    lo = budgets[0] + interval
+    lo = max(budgets[0] + interval, score_from)
     jr = None
     if journal is not None:
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
-            "batch_size": batch_size, "ref_dtype": str(ref_dtype),
+            "batch_size": batch_size, "ref_dtype": str(ref_dtype), "score_from": score_from,
             **weights_dtype(model),  # the fingerprint names the model, not its precision
             "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]})
     device = model.device
@@ -287,7 +293,7 @@ def evaluate_fidelity(
         ce_full = full.ce
         batch = {"start": s0, "policies": {}}
         for name, b, pol in plan:
-            first = b + interval
+            first = max(b + interval, score_from)
             valid = in_row & (pos[None] >= first)
             hook = _CompareHook(ref, first, valid)
             res = replay(model, seqs, pol, b, interval, sinks=sinks, on_logits=hook, pad_token_id=pad,
@@ -315,6 +321,7 @@ def evaluate_fidelity(
             "mean_trace_len": mean_len,
             "budget_frac": b / mean_len,
             "sinks": sinks,
+            "score_from": max(b + interval, score_from),
             "policy_config": _jsonable(pol.config()),
         }
         records.append(acc[(name, b)].record(name, b, interval, extra))

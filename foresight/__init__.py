@@ -30,6 +30,8 @@ _EXPORTS = {
     "register_policy": "foresight.policies",
     "ReplayResult": "foresight.runtime",
     "replay": "foresight.runtime",
+    "StaticBudgetedCache": "foresight.static_cache",
+    "StaticConfig": "foresight.static_cache",
     "CacheConfig": "foresight.schedule",
     "replay_schedule": "foresight.schedule",
 }

@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import numbers
-import os
 import re
 from dataclasses import fields
 from pathlib import Path
@@ -217,43 +216,6 @@ def read_json(path: str | Path, what: str = "JSON file", expect: type | tuple | 
     return data
 
 
-def check_output_file(path: str | Path | None, key: str) -> str | Path | None:
-    """An output file to be written later (None passes): its directory exists and it is not a directory, checked
-    before any work so a long computation never ends in an unwritable path."""
-    if path is None:
-        return None
-    if Path(path).is_dir():
-        raise ConfigError(f"{key} {path}: is a directory; name a file")
-    if not Path(path).parent.is_dir():
-        raise ConfigError(f"{key} {path}: its directory does not exist")
-    return path
-
-
-def check_output_dir(path: str | Path | None, key: str) -> str | Path | None:
-    """An output directory to be written later (None passes), checked before any work (a model load, a benchmark) so
-    it never ends in an unwritable or wrong path: refused when it is empty (``--out ""`` is the current directory),
-    the current directory or one of its parents, a symbolic link (replacing it would delete its target), or when it
-    or the nearest of its parents that exists is something other than a directory (``mkdir`` would fail there).
-    :func:`foresight.outputs.check_output` adds the checks of what is in it."""
-    if path is None:
-        return path
-    if not str(path).strip():
-        raise ConfigError(f"{key} is empty; name an output directory")
-    p = Path(path).expanduser()
-    if p.is_symlink():
-        raise ConfigError(f"{key} {path} is a symbolic link (to {os.readlink(p)}); name the directory itself")
-    here, resolved = Path.cwd().resolve(), p.resolve()
-    if resolved == here or resolved in here.parents:
-        which = "the current directory" if resolved == here else "a parent of the current directory"
-        raise ConfigError(f"{key} {path} is {which}; name a directory of its own for the output")
-    if p.exists() and not p.is_dir():
-        raise ConfigError(f"{key} {path}: exists and is not a directory")
-    above = next((a for a in p.parents if a.exists()), None)
-    if above is not None and not above.is_dir():
-        raise ConfigError(f"{key} {path}: {above} is not a directory")
-    return path
-
-
 def check_device(device: str | None, key: str = "device") -> str | None:
     """A device string torch understands and this machine has; None (the default device) passes."""
     if device is None:
@@ -336,19 +298,6 @@ def positive_float(text: str) -> float:
     if not (value > 0.0 and math.isfinite(value)):  # refuses nan and inf
         raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return value
-
-
-def named_dirs(names: str, dirs: str) -> list[tuple[str, str]]:
-    """``NAME[,NAME..]`` and ``DIR[,DIR..]`` as (name, dir) pairs: one directory per name, names distinct."""
-    names_l, dirs_l = names.split(","), dirs.split(",")
-    if "" in names_l or "" in dirs_l:
-        raise ConfigError(f"{names!r} {dirs!r}: an empty name or directory (comma-separated, no spaces)")
-    if len(names_l) != len(dirs_l):
-        raise ConfigError(f"{len(names_l)} names ({names}) but {len(dirs_l)} directories ({dirs}): give one "
-                          "directory per name")
-    if len(set(names_l)) < len(names_l):
-        raise ConfigError(f"{names}: a name given twice")
-    return list(zip(names_l, dirs_l))
 
 
 def nonempty_text(text: str) -> str:

@@ -18,10 +18,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from foresight.cache import BudgetedCache
 from foresight.limits import check_generation
 from foresight.policies import EvictionPolicy
 from foresight.runtime import check_token_ids, forward_logits, resolve_policy
+from foresight.static_cache import StaticConfig, make_cache
 
 #: Decode steps between two reads of whether every row has finished (with ``stop_on_eos``): the decode loop's one
 #: read, so the device runs ahead in between. Rows that finished are fed padding, and the steps decoded after the
@@ -91,6 +91,7 @@ def generate(
     progress: bool = False,
     policy_kwargs: dict | None = None,
     align: str = "rows",
+    static: bool | StaticConfig = False,
 ) -> GenerationResult:
     """Generate continuations of ``prompts`` with a KV cache bounded by ``budget`` under ``policy``.
 
@@ -117,6 +118,10 @@ def generate(
         its tokens do not depend on which other prompts share the call). ``"batch"``: one left-padded batch with
         one schedule counted in padded positions, as ``model.generate`` with a :class:`BudgetedCache` runs it (a
         padded row's events then come earlier than if it ran alone).
+    static
+        Decode on the static-shape cache with a compiled step (:mod:`foresight.static_cache`; a
+        :class:`~foresight.static_cache.StaticConfig` chooses backend and mode); the same tokens as the eager cache.
+        A policy it cannot take decodes eagerly, with the reason printed.
     """
     if align not in ("rows", "batch"):
         raise ValueError(f"align must be 'rows' or 'batch', got {align!r}")
@@ -139,9 +144,11 @@ def generate(
         rows = [ids[ids.shape[0] - n :].tolist() for ids, n in zip(input_ids, prompt_lengths)]
         settings = dict(policy=policy, budget=budget, interval=interval, max_new_tokens=max_new_tokens,
                         do_sample=do_sample, temperature=temperature, top_p=top_p, top_k=top_k, sinks=sinks,
-                        protect_prompt=protect_prompt, stop_on_eos=stop_on_eos, progress=progress, align="batch")
+                        protect_prompt=protect_prompt, stop_on_eos=stop_on_eos, progress=progress, align="batch",
+                        static=static)
         return _generate_by_length(model, tokenizer, rows, seed, settings)
-    cache = BudgetedCache(model, policy, budget, interval, sinks, protect_prompt)
+    cache = make_cache(model, policy, budget, interval, sinks, protect_prompt, static, plen + max_new_tokens,
+                       padded=len(set(prompt_lengths)) > 1)
     eos = eos_token_ids(model, tokenizer) if stop_on_eos else set()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     gen = torch.Generator(device=device)

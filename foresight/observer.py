@@ -76,6 +76,13 @@ class Observer:
                     self._observe(i, query, layer.keys, layer.values, None, self._scaling, positions, step)
         self._appended = [0] * len(self.layers)
 
+    def hold(self, queries: torch.Tensor, positions: torch.Tensor, scaling: float | None) -> None:
+        """Hold decode steps observed elsewhere (:mod:`foresight.static_cache`): ``queries`` (L, b, Hq, k, d) of
+        every layer, ``positions`` (b, k); the policy sees them at the next :meth:`flush`."""
+        self._held.append(queries)
+        self._held_pos.append(positions)
+        self._scaling = scaling
+
     def over_cap(self, n: int) -> bool:
         """True when observing the held steps over ``n`` entries would take more than :attr:`observe_bytes`."""
         return bool(self._held) and 4 * len(self._held) * self._held[0][..., 0, 0].numel() * n >= self.observe_bytes

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from foresight.atomic import atomic_write_text, temp_sibling
-from foresight.config import ConfigError, check_output_dir
+from foresight.config import ConfigError
+from foresight.output_paths import check_output_dir
 from foresight.run_lock import holds_lock
 
 MARKER = ".foresight-output.json"

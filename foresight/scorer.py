@@ -19,71 +19,31 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import shutil
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 
 from foresight.atomic import atomic_directory
 from foresight.config import check_fields, check_keys, check_value
 from foresight.errors import ForesightError
 from foresight.features import DEFAULT_FEATURE_SET, FeatureExtractor, check_feature_set, feature_dim
 from foresight.fingerprint import check_same_model, file_sha256
-from foresight.scorer_hub import MODEL_TYPE, card_data, card_header, download, looks_like_hub_id, push
+from foresight.scorer_files import carry_files, read_weights, write_weights
+from foresight.scorer_hub import MODEL_TYPE, download, looks_like_hub_id, push_scorer
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 #: Scorers shipped with the package, one directory per short name (``foresight/scorers/<name>/``).
 SHIPPED_DIR = Path(__file__).resolve().parent / "scorers"
-# provenance an average (Scorer.average) keeps where all its members agree: the data they were trained on
-AVERAGE_SHARED_PROVENANCE = ("traces", "labels", "train_traces", "heldout_traces")
 #: The ``learned`` policy arguments a scorer may record as its ``selection=topk`` defaults (ScorerConfig fields of
 #: these names, written by ``foresight export``); an explicit policy argument overrides them.
 TOPK_DEFAULTS = ("spread", "newcomer_bonus", "age_prior")
 #: The ``learned`` policy's selections: ``topk`` keeps the highest scores, ``sample`` draws the evicted set
 #: (:func:`foresight.sampling.sample_eviction`). A scorer may record one as its default (``ScorerConfig.selection``).
 SELECTIONS = ("topk", "sample")
-
-
-def _members_agree(scorers: "list[Scorer]", key: str, what: str, fix: str) -> float | str | None:
-    """The config value ``key`` (a number or a name) that every scorer of an average records (or all none);
-    members that differ are refused in one line naming each member's value, ``what`` naming the values and ``fix``
-    the way out."""
-    def norm(v):
-        return v if v is None or isinstance(v, str) else float(v)
-
-    def show(v):
-        return "none" if v is None else v if isinstance(v, str) else f"{float(v):g}"
-
-    values = [getattr(s.config, key) for s in scorers]
-    if len({norm(v) for v in values}) > 1:
-        each = ", ".join(f"{s.source or f'(in memory #{i})'}: {show(v)}"
-                         for i, (s, v) in enumerate(zip(scorers, values)))
-        raise ForesightError(f"average: the scorers record different {what} ({each}); {fix}")
-    return values[0]
-
-
-def _link_copy(src: Path, dst: Path) -> None:
-    """``src`` (a file, a symlink or a directory tree) at ``dst`` as hard links where the filesystem allows, else
-    as a copy: an existing scorer directory's other files, carried into its replacement."""
-    def link(a, b):
-        try:
-            os.link(a, b)
-        except OSError:
-            shutil.copy2(a, b)
-
-    if src.is_symlink():
-        os.symlink(os.readlink(src), dst)
-    elif src.is_dir():
-        shutil.copytree(src, dst, symlinks=True, copy_function=link)
-    else:
-        link(src, dst)
 
 
 def shipped_scorers() -> dict[str, Path]:
@@ -291,65 +251,6 @@ class Scorer(nn.Module):
         out = torch.einsum("lbknh,lkh->lbkn", h, self.w2) + self.b2[:, None, :, None]
         return out.reshape(L, *lead, K, n)
 
-    # -- ensembles ---------------------------------------------------------------------------------------------
-    @classmethod
-    @torch.no_grad()
-    def average(cls, scorers: "list[Scorer]", provenance: dict | None = None, temperature: float | None = None,
-                fix: str = "pass temperature=T") -> "Scorer":
-        """One scorer whose keep score is the mean of ``scorers``' scores, exactly (a seed/bagging ensemble as a
-        single network, so the policy and every tool take it as they take any scorer).
-
-        Each member's standardisation is folded into its first layer (``W1 / std``, ``b1 - W1 · mean / std``), the
-        hidden units are concatenated (width = sum of the members') and the output weights divided by the number
-        of members; the result standardises nothing (mean 0, std 1). Members must share the model, B, W, the
-        feature window, the feature set and the decay. The ensemble's ``selection=sample`` temperature is
-        ``temperature`` where given; otherwise the members must record the same one (or all none): members that
-        differ (a recorded temperature beside another or beside none, which samples at 1) are refused, naming each
-        member's, with ``fix`` as the way out, rather than the ensemble sampling at one member's temperature nobody
-        chose. Its ``selection=topk``
-        defaults (:data:`TOPK_DEFAULTS`) are the members' where they all record the same (or none); members that
-        differ are refused likewise (re-export them with one value, ``foresight export --spread S``); its default
-        selection (``ScorerConfig.selection``) likewise. Provenance keys of
-        ``AVERAGE_SHARED_PROVENANCE`` that every member records with the same value (their traces, labels and
-        train/held-out split) are carried over, so the ensemble still names the problems it never trained on.
-        """
-        if not scorers:
-            raise ForesightError("average: no scorers given")
-        first = scorers[0].config
-        for s in scorers[1:]:
-            c = s.config
-            s.check_compatible(first.fingerprint)
-            diff = [k for k in ("budget", "interval", "window", "feature_set", "decay")
-                    if getattr(c, k) != getattr(first, k)]
-            if diff:
-                raise ForesightError(f"average: scorer {s.source or '(in memory)'} differs from "
-                                     f"{scorers[0].source or '(in memory)'} in {', '.join(diff)}")
-        if temperature is None:
-            temperature = _members_agree(scorers, "temperature", "temperatures",
-                                         f"choose the ensemble's explicitly ({fix})")
-        topk = {name: _members_agree(scorers, name, f"top-k {name} defaults", "re-export them with one value "
-                                     f"(foresight export --{name.replace('_', '-')} X)") for name in TOPK_DEFAULTS}
-        selection = _members_agree(scorers, "selection", "default selections",
-                                   "re-export them with one (foresight export --selection S)")
-        provenance = dict(provenance or {"average_of": [s.source for s in scorers]})
-        for key in AVERAGE_SHARED_PROVENANCE:  # the data every member trained on, where they agree (e.g. the split)
-            values = [(s.config.provenance or {}).get(key) for s in scorers]
-            if values[0] is not None and all(v == values[0] for v in values):
-                provenance.setdefault(key, values[0])
-        config = ScorerConfig(first.fingerprint, first.budget, first.interval, first.feature_set,
-                              hidden=sum(s.config.hidden for s in scorers), decay=first.decay,
-                              temperature=temperature, **topk, selection=selection, window=first.window,
-                              provenance=provenance)
-        out = cls(config, seed=None)
-        n = len(scorers)
-        w1 = [s.w1 / s.feature_std[..., None] for s in scorers]
-        out.w1.copy_(torch.cat(w1, dim=-1))
-        out.b1.copy_(torch.cat([s.b1 - torch.einsum("lkd,lkdh->lkh", s.feature_mean, w)
-                                for s, w in zip(scorers, w1)], dim=-1))
-        out.w2.copy_(torch.cat([s.w2 for s in scorers], dim=-1) / n)
-        out.b2.copy_(sum(s.b2 for s in scorers) / n)
-        return out
-
     # -- normalisation ----------------------------------------------------------------------------------------
     @torch.no_grad()
     def fit_normalizer(self, features: torch.Tensor, min_std: float = 1e-4) -> None:
@@ -397,33 +298,17 @@ class Scorer(nn.Module):
         directory = Path(directory)
         target = directory.resolve()  # through a symlink, as writing into it did
         with atomic_directory(directory) as tmp:
-            for entry in target.iterdir() if target.is_dir() else ():
-                if entry.name not in (CONFIG_NAME, WEIGHTS_NAME):
-                    _link_copy(entry, tmp / entry.name)
+            carry_files(target, tmp, skip=(CONFIG_NAME, WEIGHTS_NAME))
             self.save_config(tmp)
-            state = {k: v.detach().float().cpu().contiguous() for k, v in self.state_dict().items()}
-            # one metadata key: safetensors writes a metadata map in hash order, so two keys can come out in either
-            # order and the same weights would get a different SHA-256 (the hash that quality.json and model cards quote)
-            save_file(state, str(tmp / WEIGHTS_NAME), metadata={"format": "pt"})
+            write_weights(self.state_dict(), tmp / WEIGHTS_NAME)
         return directory
 
     def push_to_hub(self, repo_id: str, *, private: bool | None = None, token: str | None = None,
                     revision: str | None = None, commit_message: str = "Upload foresightkv scorer") -> str:
-        """Upload this scorer to the Hub model repository ``repo_id`` (``huggingface_hub``'s ``push_to_hub``):
-        :meth:`save_pretrained`'s files plus the directory it was loaded from's model card and ``fidelity.json``
-        (``foresight export`` output), else a card with the YAML metadata alone. Returns the commit URL."""
-        import tempfile
-
-        with tempfile.TemporaryDirectory(prefix="foresight-scorer-") as tmp:
-            out = Path(tmp) / "scorer"
-            self.save_pretrained(out)
-            for name in ("README.md", "fidelity.json"):
-                if self.source and (Path(self.source) / name).is_file():
-                    shutil.copyfile(Path(self.source) / name, out / name)
-            if not (out / "README.md").is_file():
-                (out / "README.md").write_text(card_header(card_data(self.config)) + "\n# foresightkv eviction "
-                                               "scorer\n\nLoad it with `Scorer.from_pretrained(repo_id)`.\n")
-            return push(out, repo_id, private=private, token=token, revision=revision, commit_message=commit_message)
+        """Upload this scorer to the Hub model repository ``repo_id`` with its model card
+        (:func:`foresight.scorer_hub.push_scorer`); returns the commit URL."""
+        return push_scorer(self, repo_id, private=private, token=token, revision=revision,
+                           commit_message=commit_message)
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, model=None, device: str | torch.device | None = None, *,
@@ -451,22 +336,7 @@ class Scorer(nn.Module):
             raise ForesightError(f"{directory / CONFIG_NAME} is not a valid scorer config ({exc})") from None
         scorer = cls(config, seed=None)
         weights = directory / WEIGHTS_NAME
-        try:
-            state = load_file(str(weights))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise ForesightError(f"{weights} is not a readable safetensors file ({exc})") from None
-        for name, tensor in state.items():
-            if not tensor.is_floating_point():  # load_state_dict would cast it to float32 without a word
-                raise ForesightError(f"{weights}: tensor {name!r} is {str(tensor.dtype).removeprefix('torch.')}, "
-                                     "not floating point; the file is not a scorer's weights")
-            if not bool(torch.isfinite(tensor).all()):
-                bad = int((~torch.isfinite(tensor)).sum())
-                raise ForesightError(f"{weights}: tensor {name!r} holds {bad} NaN/Inf value(s); the scorer is "
-                                     "broken (retrain it, or resume from an earlier checkpoint)")
-        std = state.get("feature_std")
-        if std is not None and not bool((std > 0).all()):  # features are divided by it: inf, or their sign flipped
-            raise ForesightError(f"{weights}: tensor 'feature_std' holds {int((std <= 0).sum())} value(s) <= 0; the "
-                                 "scorer is broken (retrain it, or resume from an earlier checkpoint)")
+        state = read_weights(weights)
         try:
             scorer.load_state_dict(state)
         except RuntimeError as exc:

@@ -5,7 +5,7 @@ A scorer directory is a Hub model repository: ``config.json`` (with ``"model_typ
 ``tags``, the ``base_model`` (the language model it serves, as a Hub id) and, where it was evaluated, the metrics
 with the traces they were measured on (``model-index``, written by ``foresight export``).
 :meth:`foresight.scorer.Scorer.from_pretrained` takes a Hub id (:func:`download`) besides a directory or a shipped
-name, and :meth:`~foresight.scorer.Scorer.push_to_hub` uploads one (:func:`push`).
+name, and :meth:`~foresight.scorer.Scorer.push_to_hub` uploads one (:func:`push_scorer`).
 
 The metadata is built with ``huggingface_hub.ModelCardData``, so ``huggingface_hub.ModelCard`` parses what is
 written.
@@ -13,6 +13,8 @@ written.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 from foresight.errors import ForesightError
@@ -103,5 +105,22 @@ def push(directory: Path, repo_id: str, *, private: bool | None = None, token: s
                                  commit_message=commit_message, revision=revision))
 
 
+def push_scorer(scorer, repo_id: str, *, private: bool | None = None, token: str | None = None,
+                revision: str | None = None, commit_message: str = "Upload foresightkv scorer") -> str:
+    """Upload ``scorer`` (:meth:`foresight.scorer.Scorer.push_to_hub`): its ``save_pretrained`` files plus the
+    model card and ``fidelity.json`` of the directory it was loaded from (``foresight export`` output), else a card
+    with the YAML metadata alone (:func:`push`). Returns the commit URL."""
+    with tempfile.TemporaryDirectory(prefix="foresight-scorer-") as tmp:
+        out = Path(tmp) / "scorer"
+        scorer.save_pretrained(out)
+        for name in ("README.md", "fidelity.json"):
+            if scorer.source and (Path(scorer.source) / name).is_file():
+                shutil.copyfile(Path(scorer.source) / name, out / name)
+        if not (out / "README.md").is_file():
+            (out / "README.md").write_text(card_header(card_data(scorer.config)) + "\n# foresightkv eviction "
+                                           "scorer\n\nLoad it with `Scorer.from_pretrained(repo_id)`.\n")
+        return push(out, repo_id, private=private, token=token, revision=revision, commit_message=commit_message)
+
+
 __all__ = ["HUB_IDS", "LIBRARY_NAME", "MODEL_TYPE", "base_model_id", "card_data", "card_header", "download",
-           "looks_like_hub_id", "push"]
+           "looks_like_hub_id", "push", "push_scorer"]

@@ -131,7 +131,7 @@ def save_random_adapter(path, model_name: str = "tiny-llama", r: int = 4, seed: 
                         targets=("q_proj", "k_proj", "v_proj", "o_proj")):
     """Save a peft LoRA adapter for the tiny model ``model_name`` with non-zero (random) A and B at ``path``, so
     loading it changes the model's outputs; return ``path``."""
-    from foresight.models import build_tiny_model
+    from foresight.tiny_models import build_tiny_model
 
     model, _ = build_tiny_model(model_name)
     seeded_lora(model, r=r, targets=targets, seed=seed, std=std).save_pretrained(str(path), save_embedding_layers=False)

@@ -4,7 +4,9 @@ Random-weight models of real shapes (SmolLM2-135M's and Qwen3-4B's configuration
 bf16, greedy, EOS ignored, random prompt tokens of one length (no padding). For every row of the table each side
 generates the same number of tokens once after a warm-up run (the warm-up compiles what compiles); tokens/s are over
 the whole batch. Columns: ``foresight.generate`` with ``full``, ``h2o`` and ``learned`` (a random scorer of the
-model's shape at the row's B/W: speed only), ``model.generate`` with a :class:`~foresight.cache.BudgetedCache` (h2o),
+model's shape at the row's B/W: speed only), ``foresight.generate`` with ``h2o`` and ``learned`` on the static cache, its decode step compiled
+(:mod:`foresight.static_cache`: ``torch.compile`` mode ``reduce-overhead``, CUDA graphs; a warm-up run of the row's
+shapes compiles it), ``model.generate`` with a :class:`~foresight.cache.BudgetedCache` (h2o),
 ``model.generate`` with its dynamic cache, and with its static cache compiled (``cache_implementation="static"``,
 which transformers compiles on a GPU). Peak KV is what the budgeted cache held against the full cache.
 
@@ -23,9 +25,10 @@ import torch
 import transformers
 
 import foresight
-from foresight.errors import OneLineParser, run_script
+from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import make_policy
 from foresight.scorer import Scorer, ScorerConfig
+from foresight.static_cache import StaticConfig
 
 #: Configurations of the real models (no weights: they are drawn at random).
 SHAPES = {
@@ -44,8 +47,8 @@ SHAPES = {
 ROWS = [("smollm2-135m", 32, 1000, 256, 256, 64), ("smollm2-135m", 128, 1000, 256, 256, 64),
         ("qwen3-4b", 16, 2000, 256, 512, 128)]
 DRY_ROWS = [("tiny", 2, 40, 24, 16, 4)]
-SIDES = ("foresight full", "foresight h2o", "foresight learned", "HF + BudgetedCache h2o", "HF dynamic",
-         "HF static compiled")
+SIDES = ("foresight full", "foresight h2o", "foresight learned", "foresight h2o compiled",
+         "foresight learned compiled", "HF + BudgetedCache h2o", "HF dynamic", "HF static compiled")
 
 
 def build(shape: str, device: str, dtype: torch.dtype):
@@ -65,7 +68,8 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def row(model, batch: int, prompt: int, new: int, budget: int, interval: int, sides) -> dict:
+def row(model, batch: int, prompt: int, new: int, budget: int, interval: int, sides,
+        static: StaticConfig = StaticConfig()) -> dict:
     device = model.device
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(3, model.config.vocab_size, (batch, prompt), generator=gen)
@@ -76,11 +80,11 @@ def row(model, batch: int, prompt: int, new: int, budget: int, interval: int, si
                                  feature_set=("prekey", "value", "attn", "age"), hidden=48), seed=0)
     stats = {}
 
-    def ours(policy, n):
+    def ours(policy, n, compiled=False):
         def run():
             res = foresight.generate(model, tok, rows, policy=policy, budget=None if policy == "full" else budget,
                                      interval=None if policy == "full" else interval, max_new_tokens=n,
-                                     stop_on_eos=False)
+                                     stop_on_eos=False, static=static if compiled else False)
             stats[res.stats["policy"]] = res.stats
         return run
 
@@ -95,6 +99,8 @@ def row(model, batch: int, prompt: int, new: int, budget: int, interval: int, si
 
     make = {"foresight full": lambda n: ours("full", n), "foresight h2o": lambda n: ours("h2o", n),
             "foresight learned": lambda n: ours(make_policy("learned", scorer=scorer), n),
+            "foresight h2o compiled": lambda n: ours("h2o", n, compiled=True),
+            "foresight learned compiled": lambda n: ours(make_policy("learned", scorer=scorer), n, compiled=True),
             "HF + BudgetedCache h2o": hf_cache, "HF dynamic": lambda n: hf(n),
             "HF static compiled": lambda n: hf(n, cache_implementation="static")}
     out = {}
@@ -116,22 +122,31 @@ def main(argv=None) -> int:
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="a tiny model on the CPU, fp32: checks the script")
     ap.add_argument("--shapes", default=None, help="only these shapes (comma-separated)")
+    ap.add_argument("--sides", default=None, help=f"only these columns (comma-separated, of: {', '.join(SIDES)})")
+    ap.add_argument("--backend", default=None,
+                    help="torch.compile backend of the compiled columns (default: inductor; eager for --dry-run)")
     args = ap.parse_args(argv)
+    sides = SIDES if args.sides is None else tuple(s.strip() for s in args.sides.split(","))
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        raise ForesightError(f"--sides: unknown column {unknown[0]!r}; choose from {', '.join(SIDES)}")
+    static = StaticConfig(backend=args.backend or ("eager" if args.dry_run else "inductor"))
     device = "cpu" if args.dry_run or not torch.cuda.is_available() else "cuda"
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     rows = DRY_ROWS if args.dry_run else [r for r in ROWS if not args.shapes or r[0] in args.shapes.split(",")]
     print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), {dtype}, "
           f"torch {torch.__version__}, transformers {transformers.__version__}; tokens/s over the batch")
-    print("| shape, batch, prompt + new, B/W | " + " | ".join(SIDES) + " | peak KV h2o / full |")
-    print("|---|" + "---:|" * (len(SIDES) + 1))
+    print("| shape, batch, prompt + new, B/W | " + " | ".join(sides) + " | peak KV h2o / full |")
+    print("|---|" + "---:|" * (len(sides) + 1))
     models = {}
     for shape, batch, prompt, new, budget, interval in rows:
         if shape not in models:
             models.clear()
             models[shape] = build(shape, device, dtype)
-        got = row(models[shape], batch, prompt, new, budget, interval, SIDES)
-        full = got["foresight full"]
-        cells = [f"{got[s]:.0f}" + (f" ({got[s] / full:.2f}x)" if s != "foresight full" else "") for s in SIDES]
+        got = row(models[shape], batch, prompt, new, budget, interval, sides, static)
+        full = got.get("foresight full")
+        cells = [f"{got[s]:.0f}" + (f" ({got[s] / full:.2f}x)" if full and s != "foresight full" else "")
+                 for s in sides]
         kv = f"{got['peak KV vs full']:.2f}" if got["peak KV vs full"] is not None else "-"
         print(f"| {shape}, {batch}, {prompt}+{new}, {budget}/{interval} | " + " | ".join(cells) + f" | {kv} |",
               flush=True)

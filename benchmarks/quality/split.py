@@ -11,9 +11,9 @@ import json
 import random
 from pathlib import Path
 
-from foresight.config import check_output_dir
 from foresight.data import load_problems
 from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.output_paths import check_output_dir
 
 HERE = Path(__file__).resolve().parent
 HELDOUT = 64

@@ -18,6 +18,9 @@ def register(sub) -> None:
     p.add_argument("--prompt", default=None, type=nonempty_text, help="prompt text (default: a short word problem)")
     p.add_argument("--scorer", default=None, help="scorer checkpoint for the `learned` policy")
     add_policy_args(p, several=True)
+    p.add_argument("--compile", default="no", choices=("no", "yes", "both"),
+                   help="decode on the static cache with a compiled step (docs/runtime.md): yes, or both side by side "
+                        "(default: no, the eager cache)")
     p.add_argument("--out", default=None, help="directory for bench.json and bench.md")
     p.set_defaults(func=run)
 
@@ -30,7 +33,9 @@ def run(args) -> int:
     from foresight.outputs import check_output
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
+    from foresight.errors import ForesightError
     from foresight.scorer import scorer_sha256
+    from foresight.static_cache import static_reason
 
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
@@ -40,8 +45,11 @@ def run(args) -> int:
     cfg = cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
     args.interval = cfg.interval  # W = B // 4 unless given
     for name in ["full", *names]:  # hyperparameters and B, W (paged's block, a scorer's B, W): before the model loads
-        checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
-                       **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
+        pol = checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
+                             **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
+        reason = static_reason(pol, cfg.budget if pol.evicts else None) if args.compile != "no" else None
+        if reason:  # the static cache cannot take it: refused before the model loads
+            raise ForesightError(f"--compile {args.compile}: {reason}")
     check_output(args.out, BENCH_OUTPUT)  # before the model loads, not after the work
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights timed, read before the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
@@ -53,10 +61,12 @@ def run(args) -> int:
     factory = make_factory(model=model, scorer=args.scorer, interval=args.interval,
                            policy_kwargs=kwargs)
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,
-                        prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory)
+                        prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory,
+                        compile=args.compile)
     table = bench_table(records)
     device = str(model.device)
     sinks = f", {args.sinks} attention sinks" if args.sinks else ""
+    sinks += {"no": "", "yes": ", compiled static cache", "both": ", eager and compiled static cache"}[args.compile]
     header = (f"model `{args.model}` on {device}, B={args.budget}, W={args.interval}{sinks}, {args.new_tokens} new "
               f"tokens x batch {args.batch_size}, prompt {records[0]['prompt_tokens']} tokens, median of {args.repeats} "
               "interleaved repeats")
@@ -65,7 +75,8 @@ def run(args) -> int:
     print(table)
     if args.out:
         meta = {"model": args.model, "device": device, "fingerprint": foresight.model_fingerprint(model),
-                "scorer": args.scorer, "scorer_sha256": scorer_sha, "policy_args": kwargs}
+                "scorer": args.scorer, "scorer_sha256": scorer_sha, "policy_args": kwargs,
+                "compile": args.compile}
         js, md = write_bench(args.out, meta, header, records)
         print(f"\nwrote {js}, {md}")
     return 0

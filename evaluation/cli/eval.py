@@ -8,7 +8,7 @@ from pathlib import Path
 
 from foresight.cli.args import (add_cache_args, add_model_args, add_policy_args, add_sampling_filter_args,
                                            fill_sampling_filters, policy_kwargs, refuse_unused_cache_args)
-from foresight.config import ConfigError, nonnegative_float, positive_int, read_json, seed_int
+from foresight.config import ConfigError, nonnegative_float, nonnegative_int, positive_int, read_json, seed_int
 from foresight.errors import ForesightError
 
 
@@ -27,6 +27,9 @@ def register(sub) -> None:
     f.add_argument("--golden", default=None, help="golden label dir(s) for the `golden` policy")
     f.add_argument("--limit", type=positive_int, default=None, help="use only the first N traces")
     f.add_argument("--batch-size", type=positive_int, default=1, help="traces replayed together")
+    f.add_argument("--score-from", type=nonnegative_int, default=0, metavar="N",
+                   help="score positions >= max(B+W, N) only: give every budget the positions of the largest "
+                   "B+W to compare budgets with each other")
     f.add_argument("--ref-dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="storage dtype of the full cache's reference log-probs")
     add_policy_args(f, several=True)
@@ -73,8 +76,9 @@ def _check_trace_fingerprint(ds, model, source) -> None:
 # settings.json keys a rerun into a finished --out must match; the fingerprint (model and adapter) is compared once
 # the model has loaded, and keys that older results lack are compared where the results record them
 FIDELITY_SAME = ("model", "traces", "num_traces", "policies", "budgets", "interval", "sinks", "scorer",
-                 "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "fingerprint", "dtype")
-RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype", "dtype")
+                 "scorer_sha256", "golden", "policy_args", "batch_size", "ref_dtype", "score_from", "fingerprint",
+                 "dtype")
+RECORDED_LATER = ("scorer_sha256", "batch_size", "ref_dtype", "score_from", "dtype")
 
 
 def _shown(value) -> str:
@@ -174,7 +178,7 @@ def run_fidelity(args) -> int:
         "model": args.model, "traces": str(args.traces), "num_traces": len(ds), "policies": names,
         "budgets": budgets, "interval": args.interval, "sinks": args.sinks, "scorer": args.scorer,
         "scorer_sha256": scorer_sha, "golden": args.golden, "policy_args": kwargs, "batch_size": args.batch_size,
-        "ref_dtype": args.ref_dtype,
+        "ref_dtype": args.ref_dtype, "score_from": args.score_from,
     }
     out = Path(args.out)
     _check_finished_out(out, settings)  # before the model loads: a finished --out of another evaluation is kept
@@ -210,6 +214,7 @@ def run_fidelity(args) -> int:
         progress=not args.quiet,
         on_skip=on_skip,
         journal=journal,
+        score_from=args.score_from,
     )
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))

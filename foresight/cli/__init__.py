@@ -12,7 +12,7 @@
 
 The arguments are parsed first: command modules import the heavy libraries (torch, transformers, the training and
 evaluation stacks) inside their ``run`` functions, not at the top of the module, so that ``foresight --help`` and
-a usage error answer without loading them (``tests/test_cli.py``).
+a usage error answer without loading them (``tests/cli/test_cli.py``).
 
 Launchers: ``torchrun -m foresight ...`` and ``foresight launch`` hand each rank its place in the environment;
 DeepSpeed's launcher (``deepspeed --module foresight ...``) also puts ``--local_rank=N`` right after the module
@@ -152,7 +152,7 @@ def _out_lock(args):
     """The lock of the command's ``--out`` (:mod:`foresight.run_lock`), held while the command runs: one writer per
     output directory. Rank 0 of a launched command takes it; a name that is no output directory of its own (empty,
     the current directory, a symbolic link ...) is refused first, before a lock file is made beside it."""
-    from foresight.config import check_output_dir
+    from foresight.output_paths import check_output_dir
     from foresight.run_lock import locked_out_dir
 
     out = getattr(args, "out", None)

@@ -1,0 +1,1 @@
+"""The test suite, one folder per area; shared fixtures in conftest.py."""

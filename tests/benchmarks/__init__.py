@@ -1,0 +1,1 @@
+"""The stand-alone scripts under benchmarks/."""

@@ -1,0 +1,1 @@
+"""The command line, its registries and plugins, the import graph, the demo."""

@@ -1,0 +1,1 @@
+"""The README, the docs' snippets and the shipped examples."""

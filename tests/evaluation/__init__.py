@@ -1,0 +1,1 @@
+"""Evaluation: fidelity, AIME accuracy, bench, export, quality statistics."""

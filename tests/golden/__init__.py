@@ -1,0 +1,1 @@
+"""The Golden Eviction oracle, traces and labels."""

@@ -1,0 +1,1 @@
+"""Eviction policies: the heuristics, the learned scorer and its selection."""

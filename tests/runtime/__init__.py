@@ -1,0 +1,1 @@
+"""The budgeted runtime: cache, storage, replay, schedule, features, model loading and adapters."""

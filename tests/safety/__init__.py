@@ -1,0 +1,1 @@
+"""Nothing lost, nothing trusted blindly: atomic writes, outputs, resume, bounds, untrusted inputs."""

@@ -1,0 +1,1 @@
+"""Training: SL, DAgger, GRPO, adaptation, launchers and recorded events."""
