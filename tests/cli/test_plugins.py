@@ -107,6 +107,6 @@ def test_deepspeeds_local_rank_before_the_command_is_accepted(flag, monkeypatch,
                                                     "one launcher")
     from foresight.cli import build_parser
 
-    for trainer in ("sl", "grpo", "adapt"):
+    for trainer in ("sl", "grpo", "adapt", "e2e"):
         args = build_parser().parse_args([flag, "train", trainer, "--config", "x.yaml", "steps=2"])
         assert (args.local_rank, args.trainer, args.overrides) == (1, trainer, ["steps=2"])

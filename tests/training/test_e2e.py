@@ -19,7 +19,7 @@ from training.e2e import reference, relaxed_loss
 from training.e2e_policy import RelaxedLearnedPolicy
 
 B, W = 16, 4
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DS = str(REPO / "configs" / "deepspeed" / "zero0.json")
 
 
