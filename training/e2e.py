@@ -30,13 +30,12 @@ from foresight.limits import kv_bytes_per_token
 from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
-from golden.traces import load_traces
 from training.adapt_student import StudentKL
 from training.digests import digest_files, digest_rows
 from training.e2e_config import E2EConfig
 from training.e2e_policy import RelaxedLearnedPolicy
 from training.loop import check_step_memory, evaluate_before, run_task, task_model
-from training.provenance import split_problems, stamp
+from training.provenance import split_traces, stamp
 from training.reward import loss_ratio
 
 
@@ -74,16 +73,8 @@ class E2EData:
         self.cfg = cfg
         sc = Scorer.from_pretrained(cfg.init_scorer).config  # read and checked here, matched to the model later
         self.budget, self.interval = sc.budget, sc.interval
-        rows = sorted(load_traces(cfg.traces), key=lambda r: r["trace_id"])
-        self.fingerprints = sorted({r["fingerprint"] for r in rows if r.get("fingerprint")})
-        if cfg.max_traces:
-            rows = rows[: cfg.max_traces]
-        rows = [r for r in rows if len(r["input_ids"]) > self.budget + self.interval + 1]
-        if not rows:
-            raise ForesightError(f"no trace of {cfg.traces} is longer than B + W = {self.budget + self.interval}")
-        held = split_problems([r["problem_id"] for r in rows], cfg.heldout, cfg.split_seed)
-        self.train_rows = [r for r in rows if r["problem_id"] not in held]
-        self.val_rows = [r for r in rows if r["problem_id"] in held]
+        self.fingerprints, self.train_rows, self.val_rows = split_traces(
+            cfg.traces, cfg.max_traces, self.budget, self.interval, cfg.heldout, cfg.split_seed)
         if not self.train_rows:
             raise ForesightError(f"heldout={cfg.heldout} leaves no training trace of {cfg.traces}")
 

@@ -40,11 +40,10 @@ from foresight.limits import kv_bytes_per_token
 from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
-from golden.traces import load_traces
 from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
 from training.loop import check_step_memory, evaluate_before, run_task, task_model
-from training.provenance import split_problems, stamp
+from training.provenance import split_traces, stamp
 from training.reward import episode_rewards, loss_ratio, reward_positions
 from training.rollout import (Rollout, action_advantages, collect_rollouts, event_action_mask, flat_actions,
                               rollout_log_probs)
@@ -124,16 +123,8 @@ class GRPOData:
                                          "features with it, so it must take the same ones")
         self.budget = cfg.budget or sc.budget
         self.interval = cfg.interval or sc.interval
-        rows = sorted(load_traces(cfg.traces), key=lambda r: r["trace_id"])
-        self.fingerprints = sorted({r["fingerprint"] for r in rows if r.get("fingerprint")})
-        if cfg.max_traces:
-            rows = rows[: cfg.max_traces]
-        rows = [r for r in rows if len(r["input_ids"]) > self.budget + self.interval + 1]
-        if not rows:
-            raise ForesightError(f"no trace of {cfg.traces} is longer than B + W = {self.budget + self.interval}")
-        held = split_problems([r["problem_id"] for r in rows], cfg.heldout, cfg.split_seed)
-        self.train_rows = [r for r in rows if r["problem_id"] not in held]
-        self.val_rows = [r for r in rows if r["problem_id"] in held]
+        self.fingerprints, self.train_rows, self.val_rows = split_traces(
+            cfg.traces, cfg.max_traces, self.budget, self.interval, cfg.heldout, cfg.split_seed)
 
     def resume_identity(self) -> dict:
         """Content digests of the split's traces and of the initial and reference scorers."""

@@ -1,7 +1,7 @@
 """What a trained scorer records about how it was made, and which problems a trainer holds out.
 
-:func:`split_problems` is the one held-out split of SL, DAgger and GRPO (by problem, so samples of one problem
-never straddle it); :func:`stamp` the code version and time every trainer writes into its scorer's provenance.
+:func:`split_problems` is the one held-out split of SL, DAgger, GRPO and e2e (by problem, so samples of one problem
+never straddle it), :func:`split_traces` the traces GRPO and e2e replay, split by it; :func:`stamp` the code version and time every trainer writes into its scorer's provenance.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from foresight.errors import ForesightError
+from golden.traces import load_traces
 
 
 def split_problems(problem_ids: list[str], heldout: float, seed: int) -> set[str]:
@@ -23,6 +24,23 @@ def split_problems(problem_ids: list[str], heldout: float, seed: int) -> set[str
     if n >= len(uniq):
         raise ForesightError(f"heldout={heldout} leaves no training problems ({len(uniq)} problems in total)")
     return set(order[-n:])
+
+
+def split_traces(traces, max_traces: int, budget: int, interval: int, heldout: float,
+                 seed: int) -> tuple[list[str], list[dict], list[dict]]:
+    """The model fingerprints of ``traces`` and its training and held-out rows: every finished trace sorted by id, the
+    first ``max_traces`` (0: all), those longer than ``B + W + 1`` (a shorter one reaches no scored position), split
+    by problem with :func:`split_problems`."""
+    rows = sorted(load_traces(traces), key=lambda r: r["trace_id"])
+    fingerprints = sorted({r["fingerprint"] for r in rows if r.get("fingerprint")})
+    if max_traces:
+        rows = rows[:max_traces]
+    rows = [r for r in rows if len(r["input_ids"]) > budget + interval + 1]
+    if not rows:
+        raise ForesightError(f"no trace of {traces} is longer than B + W = {budget + interval}")
+    held = split_problems([r["problem_id"] for r in rows], heldout, seed)
+    return (fingerprints, [r for r in rows if r["problem_id"] not in held],
+            [r for r in rows if r["problem_id"] in held])
 
 
 def git_commit() -> str | None:
