@@ -13,6 +13,7 @@ cache (anything with ``drives_forward = True``), so the model is untouched other
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -21,6 +22,9 @@ from foresight.attention import attention_configs, route, unroute
 from foresight.errors import ForesightError
 
 _HOOKED = "_foresight_hooks"
+# each hooked model's attention configs, found once; keyed by the model (not captured by the hook) so that a
+# copy.deepcopy of the model, which copies its hooks, routes its own configs
+_CONFIGS: "weakref.WeakKeyDictionary[torch.nn.Module, list]" = weakref.WeakKeyDictionary()
 
 
 def _drives(cache) -> bool:
@@ -31,10 +35,7 @@ def install_hooks(model) -> None:
     """Install the forward hooks on ``model`` once; they act only when a budgeted cache drives the forward."""
     if getattr(model, _HOOKED, None) is not None:
         return
-    configs = attention_configs(model)
-    pre = model.register_forward_pre_hook(
-        lambda module, args, kwargs: _before_forward(module, configs, args, kwargs), with_kwargs=True
-    )
+    pre = model.register_forward_pre_hook(_before_forward, with_kwargs=True)
     post = model.register_forward_hook(_after_forward, with_kwargs=True, always_call=True)
     setattr(model, _HOOKED, (pre, post))
 
@@ -55,10 +56,13 @@ def _step_inputs(cache, ids: torch.Tensor, kwargs: dict) -> tuple[torch.Tensor, 
     return positions, valid
 
 
-def _before_forward(model, configs, args, kwargs):
+def _before_forward(model, args, kwargs):
     cache = kwargs.get("past_key_values")
     if not _drives(cache):
         return None
+    configs = _CONFIGS.get(model)
+    if configs is None:
+        configs = _CONFIGS[model] = attention_configs(model)
     ids = kwargs.get("input_ids", args[0] if args else None)
     if ids is None:
         ids = kwargs["inputs_embeds"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -59,8 +60,11 @@ from foresight.observer import Observer
 from foresight.policies import EvictionPolicy
 
 STATIC_ATTENTION = "foresight_static"
-_STEPS = "_foresight_static_steps"  # per model: {(backend, mode, fullgraph, buffer shapes): compiled step}
+# per model: {(backend, mode, fullgraph, buffer shapes): compiled step}; not in the model's __dict__, where a
+# copy.deepcopy of the model would inherit steps that run the original's weights
+_STEPS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 _WRAPPED = "_foresight_static_forward"
+_ORIGINAL = "_foresight_static_original_forward"  # an instance-level forward the wrapper found, if any
 _NOTED: set[str] = set()
 
 
@@ -183,7 +187,7 @@ def compiled_step(model, cfg: StaticConfig, device: torch.device, shapes: tuple)
     other caches, and each compiles exactly once (``dynamic=False``: every shape is static)."""
     if not cfg.compile:
         return make_step(model)
-    steps = model.__dict__.setdefault(_STEPS, {})
+    steps = _STEPS.setdefault(model, {})
     mode = cfg.resolved_mode(device)
     key = (cfg.backend, mode, cfg.fullgraph, shapes)
     if key not in steps:
@@ -391,12 +395,14 @@ def install_static_forward(model) -> None:
     cache's decode steps to :meth:`StaticBudgetedCache.decode`."""
     if model.__dict__.get(_WRAPPED):
         return
-    original = model.forward
+    if "forward" in model.__dict__:  # another wrapper's, kept (a bound method is re-bound by copy.deepcopy)
+        model.__dict__[_ORIGINAL] = model.__dict__["forward"]
 
-    @functools.wraps(original)
-    def forward(*args, **kwargs):
+    @functools.wraps(type(model).forward)  # generate reads the signature
+    def forward(self, *args, **kwargs):
         cache = kwargs.get("past_key_values")
         if not isinstance(cache, StaticBudgetedCache) or not cache._static:
+            original = self.__dict__.get(_ORIGINAL) or type(self).forward.__get__(self)
             return original(*args, **kwargs)
         ids = kwargs.pop("input_ids", args[0] if args else None)
         positions, valid = _step_inputs(cache, ids, kwargs)
@@ -404,7 +410,8 @@ def install_static_forward(model) -> None:
         return CausalLMOutputWithPast(logits=logits[:, None, :], past_key_values=cache)
 
     model.register_forward_pre_hook(_choose_path, with_kwargs=True, prepend=True)
-    model.forward = forward
+    # bound to the model, not closing over it: copy.deepcopy re-binds a bound method to the copy
+    model.forward = types.MethodType(forward, model)
     model.__dict__[_WRAPPED] = True
 
 

@@ -294,3 +294,22 @@ def test_models_have_gqa_and_qk_norm():
     for m in (llama, qwen3):
         assert m.config.num_attention_heads > m.config.num_key_value_heads
     assert hasattr(qwen3.model.layers[0].self_attn, "q_norm")
+
+
+def test_a_deep_copy_of_a_served_model_routes_its_own_attention():
+    """copy.deepcopy of a model a budgeted cache has served copies its forward hooks; the copy's attention must go
+    through the runtime under its own configs (h2o observes it), not the original's."""
+    import copy
+
+    from foresight.tiny_models import build_tiny_model
+
+    model, tok = build_tiny_model("tiny-llama")
+    rows = torch.randint(3, 200, (2, 11), generator=torch.Generator().manual_seed(0)).tolist()
+    kw = dict(policy="h2o", budget=16, interval=4, max_new_tokens=30, stop_on_eos=False)
+    first = foresight.generate(model, tok, rows, **kw)
+    twin = copy.deepcopy(model)
+    again = foresight.generate(twin, tok, rows, **kw)
+    assert torch.equal(again.sequences, first.sequences) and again.stats == first.stats
+    ref = foresight.replay(model, rows, "h2o", 16, 4)
+    got = foresight.replay(twin, rows, "h2o", 16, 4)
+    torch.testing.assert_close(got.ce, ref.ce, equal_nan=True)

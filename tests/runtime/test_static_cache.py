@@ -245,3 +245,28 @@ def test_other_policies_it_takes_keep_their_tokens(name, kwargs):
     got = foresight.generate(model, tok, rows, policy=make_policy(name, **kwargs), static=COMPILED, **kw)
     assert ref.stats["evictions"] >= 5
     assert torch.equal(got.sequences, ref.sequences) and got.stats == ref.stats
+
+
+def test_a_deep_copy_of_the_model_runs_its_own_weights():
+    """copy.deepcopy of a model the static cache has served (its forward wrapped, a step compiled for it) runs the
+    copy's weights, eagerly and through the compiled step, not the original's."""
+    import copy
+
+    model, tok = get_model("tiny-llama")
+    rows = prompts(model)
+    foresight.generate(model, tok, rows, policy=policy("h2o", model), budget=B, interval=W, max_new_tokens=12,
+                       stop_on_eos=False, static=COMPILED)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in twin.parameters():
+            p.mul_(1.5)
+    ids = torch.tensor(rows)
+    with torch.no_grad():
+        want = type(twin).forward(twin, input_ids=ids).logits
+        torch.testing.assert_close(twin(input_ids=ids).logits, want)
+        assert not torch.allclose(model(input_ids=ids).logits, want)
+    kw = dict(policy="h2o", budget=B, interval=W, max_new_tokens=30, stop_on_eos=False)
+    eager = foresight.generate(twin, tok, rows, **kw)
+    compiled = foresight.generate(twin, tok, rows, static=COMPILED, **kw)
+    assert torch.equal(compiled.sequences, eager.sequences)
+    assert not torch.equal(compiled.sequences, foresight.generate(model, tok, rows, static=COMPILED, **kw).sequences)
