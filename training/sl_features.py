@@ -38,7 +38,7 @@ from training.event_files import (RecordedEvents, check_free_space, concat_event
                                   repack_events, save_events, saved_metadata, stack_events)
 from training.packed_events import PACKED_LAYOUT
 
-FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query (issue 14)
+FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query
 
 
 def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory, budget: int, interval: int,

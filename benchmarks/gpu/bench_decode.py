@@ -10,7 +10,7 @@ shapes compiles it), ``model.generate`` with a :class:`~foresight.cache.Budgeted
 ``model.generate`` with its dynamic cache, and with its static cache compiled (``cache_implementation="static"``,
 which transformers compiles on a GPU). Peak KV is what the budgeted cache held against the full cache.
 
-    python benchmarks/gpu/bench_decode.py                       # the three rows of issue 68 (one GPU, ~8 min)
+    python benchmarks/gpu/bench_decode.py                       # the three rows of the decode table (one GPU, ~8 min)
     python benchmarks/gpu/bench_decode.py --dry-run             # tiny model on the CPU: checks the script runs
 """
 
@@ -43,7 +43,7 @@ SHAPES = {
     "tiny": ("LlamaConfig", dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                                  num_key_value_heads=2, vocab_size=261, max_position_embeddings=4096)),
 }
-#: (shape, batch, prompt tokens, new tokens, B, W): the rows of issue 68's table.
+#: (shape, batch, prompt tokens, new tokens, B, W): the rows of the decode throughput table (docs/gpu.md).
 ROWS = [("smollm2-135m", 32, 1000, 256, 256, 64), ("smollm2-135m", 128, 1000, 256, 256, 64),
         ("qwen3-4b", 16, 2000, 256, 512, 128)]
 DRY_ROWS = [("tiny", 2, 40, 24, 16, 4)]

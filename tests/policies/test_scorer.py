@@ -1,6 +1,6 @@
 """The learned scorer, its feature extractor and the `learned` policy.
 
-Key property (issue 6): there is ONE feature extractor. Features computed while decoding with the `learned`
+Key property: there is ONE feature extractor. Features computed while decoding with the `learned`
 policy equal those computed during a teacher-forced replay of the same sequence along the same evictions.
 """
 
@@ -426,7 +426,7 @@ def test_attention_features_match_brute_force(tiny):
                 hist = [r.get((h, p), zero) for r in rows]  # absent = not in the cache yet
                 last = torch.stack(hist[-W:])
                 # attention of every query between consecutive events (the prompt's included); the cumulative
-                # features add these up, decayed or not (issue 14; tests/runtime/test_features_bruteforce.py)
+                # features add these up, decayed or not (tests/runtime/test_features_bruteforce.py)
                 bounds = [0, *event_rows[: k + 1]]
                 ws = [sum((r.get((h, p), zero) for r in log.rows[a:e]), zero) for a, e in zip(bounds, bounds[1:])]
                 cum = sum(ws, zero)

@@ -1,4 +1,4 @@
-"""Brute force for the cumulative attention features (issue 14, docs/training.md) and their standardisation.
+"""Brute force for the cumulative attention features (docs/training.md) and their standardisation.
 
 The cumulative and decayed sums of :mod:`foresight.features` must cover **every** query since an entry
 arrived, the prompt's included, not only the last ``W`` rows at each event. Here an independent log records,

@@ -1,4 +1,4 @@
-"""The ``prekey`` feature (issue 14): cached keys with RoPE undone equal what the key projection produced.
+"""The ``prekey`` feature: cached keys with RoPE undone equal what the key projection produced.
 
 A brute force logs, with forward hooks on every layer's ``k_proj`` (``k_norm`` where the model has one: Qwen3),
 the pre-RoPE key of every token in the very replay that evicts (the hidden states of layers past the first
