@@ -85,17 +85,27 @@ def attention_configs(model) -> list:
     return list(found.values())
 
 
+def set_implementation(configs: list, name: str) -> list:
+    """Select the registered attention ``name`` in every config of ``configs``; returns what
+    :func:`restore_implementation` puts back."""
+    saved = [(c, c._attn_implementation) for c in configs]
+    for c, _ in saved:
+        c._attn_implementation = name
+    return saved
+
+
+def restore_implementation(saved: list) -> None:
+    for c, impl in saved:
+        c._attn_implementation = impl
+
+
 def route(configs: list, cache) -> tuple[Token, list]:
     """Send attention through :func:`foresight_attention` with ``cache`` active; undo with :func:`unroute`."""
     register_attention()
-    saved = [(c, c._attn_implementation) for c in configs]
-    for c, _ in saved:
-        c._attn_implementation = ATTN_IMPLEMENTATION
-    return _ACTIVE.set(cache), saved
+    return _ACTIVE.set(cache), set_implementation(configs, ATTN_IMPLEMENTATION)
 
 
 def unroute(state: tuple[Token, list]) -> None:
     token, saved = state
-    for c, impl in saved:
-        c._attn_implementation = impl
+    restore_implementation(saved)
     _ACTIVE.reset(token)

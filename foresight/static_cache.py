@@ -51,7 +51,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from foresight.attention import attention_configs
+from foresight.attention import attention_configs, restore_implementation, set_implementation
 from foresight.cache import BudgetedCache
 from foresight.errors import ForesightError
 from foresight.forward_hooks import _step_inputs
@@ -328,9 +328,7 @@ class StaticBudgetedCache(BudgetedCache):
         slot = torch.full((1,), n, dtype=torch.long, device=device)
         qslot = torch.full((1,), len(self._held), dtype=torch.long, device=device) if self._queries is not None \
             else None
-        saved = [(c, c._attn_implementation) for c in self._configs]
-        for c, _ in saved:
-            c._attn_implementation = STATIC_ATTENTION
+        saved = set_implementation(self._configs, STATIC_ATTENTION)
         cudagraphs = self._step_fn is not None and device.type == "cuda" and \
             self.static_config.resolved_mode(device) == "reduce-overhead" and self.static_config.compile
         try:
@@ -339,8 +337,7 @@ class StaticBudgetedCache(BudgetedCache):
             t = self.shared.tensors
             logits = self._step_fn(ids, positions, valid, slot, qslot, t[0], t[1], t[2], t[3], self._queries)
         finally:
-            for c, impl in saved:
-                c._attn_implementation = impl
+            restore_implementation(saved)
         if cudagraphs:
             logits = logits.clone()  # the graph's output buffer is overwritten by the next replay
         self._n = n + 1
