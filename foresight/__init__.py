@@ -31,7 +31,7 @@ _EXPORTS = {
     "ReplayResult": "foresight.runtime",
     "replay": "foresight.runtime",
     "StaticBudgetedCache": "foresight.static_cache",
-    "StaticConfig": "foresight.static_cache",
+    "StaticConfig": "foresight.static_step",
     "CacheConfig": "foresight.schedule",
     "replay_schedule": "foresight.schedule",
 }

@@ -21,7 +21,8 @@ from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogit
 from foresight.limits import check_generation
 from foresight.policies import EvictionPolicy
 from foresight.runtime import check_token_ids, forward_logits, resolve_policy
-from foresight.static_cache import StaticConfig, make_cache
+from foresight.static_cache import make_cache
+from foresight.static_step import StaticConfig
 
 #: Decode steps between two reads of whether every row has finished (with ``stop_on_eos``): the decode loop's one
 #: read, so the device runs ahead in between. Rows that finished are fed padding, and the steps decoded after the
@@ -120,7 +121,7 @@ def generate(
         padded row's events then come earlier than if it ran alone).
     static
         Decode on the static-shape cache with a compiled step (:mod:`foresight.static_cache`; a
-        :class:`~foresight.static_cache.StaticConfig` chooses backend and mode); the same tokens as the eager cache.
+        :class:`~foresight.static_step.StaticConfig` chooses backend and mode); the same tokens as the eager cache.
         A policy it cannot take decodes eagerly, with the reason printed.
     """
     if align not in ("rows", "batch"):

@@ -28,7 +28,7 @@ import foresight
 from foresight.errors import ForesightError, OneLineParser, run_script
 from foresight.policies import make_policy
 from foresight.scorer import Scorer, ScorerConfig
-from foresight.static_cache import StaticConfig
+from foresight.static_step import StaticConfig
 
 #: Configurations of the real models (no weights: they are drawn at random).
 SHAPES = {

@@ -13,7 +13,8 @@ from foresight.cache import BudgetedCache
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
 from foresight.scorer import Scorer, ScorerConfig
-from foresight.static_cache import StaticBudgetedCache, StaticConfig
+from foresight.static_cache import StaticBudgetedCache
+from foresight.static_step import StaticConfig
 from tests.conftest import TINY, get_model
 
 B, W = 16, 4
