@@ -15,7 +15,7 @@ import json
 import statistics
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -195,17 +195,25 @@ def benchmark(
     return records
 
 
-def _compiled_sides(built: dict[str, EvictionPolicy], compile: str, budget: int) -> set[str]:
-    """The sides of ``built`` that decode on the static cache (``both`` adds a ``<name> compiled`` side per policy,
-    a policy object of its own); refuses a policy the static cache cannot take, naming it."""
+def refuse_uncompilable(policies: Iterable[EvictionPolicy], compile: str, budget: int) -> None:
+    """Refuse, naming it, a policy the static cache cannot take when ``compile`` asks for it (``bench`` calls this
+    before the model loads; :func:`benchmark` again for its own callers)."""
     if compile == "no":
-        return set()
+        return
     from foresight.static_cache import static_reason
 
-    for name, pol in built.items():
+    for pol in policies:
         reason = static_reason(pol, budget if pol.evicts else None)
         if reason:
             raise ForesightError(f"--compile {compile}: {reason}")
+
+
+def _compiled_sides(built: dict[str, EvictionPolicy], compile: str, budget: int) -> set[str]:
+    """The sides of ``built`` that decode on the static cache (``both`` adds a ``<name> compiled`` side per policy,
+    a policy object of its own); refuses a policy the static cache cannot take, naming it."""
+    refuse_uncompilable(built.values(), compile, budget)
+    if compile == "no":
+        return set()
     if compile == "yes":
         return set(built)
     for name, pol in list(built.items()):
@@ -239,4 +247,5 @@ def bench_table(records: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["BENCH_OUTPUT", "COMPILE_CHOICES", "DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "write_bench"]
+__all__ = ["BENCH_OUTPUT", "COMPILE_CHOICES", "DEFAULT_PROMPT", "bench_table", "benchmark", "kv_bytes", "refuse_uncompilable",
+           "write_bench"]

@@ -27,15 +27,14 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import foresight
-    from evaluation.efficiency import BENCH_OUTPUT, DEFAULT_PROMPT, bench_table, benchmark, write_bench
+    from evaluation.efficiency import (BENCH_OUTPUT, DEFAULT_PROMPT, bench_table, benchmark, refuse_uncompilable,
+                                      write_bench)
     from evaluation.policies import check_requirements, make_factory, parse_policies
     from foresight.limits import check_memory, check_new_tokens, kv_bytes_per_token
     from foresight.outputs import check_output
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
-    from foresight.errors import ForesightError
     from foresight.scorer import scorer_sha256
-    from foresight.static_cache import static_reason
 
     names = [n for n in parse_policies(args.policies) if n != "full"]
     if "golden" in names:
@@ -44,12 +43,11 @@ def run(args) -> int:
     check_requirements(names, args.scorer, None, kwargs)
     cfg = cache_config_arg(args.budget, args.interval, args.sinks, flags="--budget/--interval/--sinks")
     args.interval = cfg.interval  # W = B // 4 unless given
-    for name in ["full", *names]:  # hyperparameters and B, W (paged's block, a scorer's B, W): before the model loads
-        pol = checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
-                             **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
-        reason = static_reason(pol, cfg.budget if pol.evicts else None) if args.compile != "no" else None
-        if reason:  # the static cache cannot take it: refused before the model loads
-            raise ForesightError(f"--compile {args.compile}: {reason}")
+    # hyperparameters and B, W (paged's block, a scorer's B, W), and what the static cache cannot take: before the
+    # model loads
+    refuse_uncompilable([checked_policy(name, [(cfg.budget, cfg.interval)], f"policy {name!r}",
+                                        **({"scorer": args.scorer} if name == "learned" else {}), **kwargs[name])
+                         for name in ["full", *names]], args.compile, cfg.budget)
     check_output(args.out, BENCH_OUTPUT)  # before the model loads, not after the work
     scorer_sha = scorer_sha256(args.scorer) if args.scorer else None  # the weights timed, read before the work
     model, tok = foresight.load_model(args.model, device=args.device, dtype=args.dtype,
