@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
@@ -12,7 +12,7 @@ from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
 from foresight.schedule import CacheConfig
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
-from training.trainer_config import TrainerConfig
+from training.trainer_config import TrainerConfig, check_heldout
 
 #: LoRA on every attention projection of the Llama/Qwen families (the default targets).
 ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -79,9 +79,7 @@ class AdaptConfig(TrainerConfig):
             CacheConfig(self.budget, self.interval, self.sinks)
         except ValueError as exc:
             raise ConfigError(f"budget/interval/sinks: {exc}") from None
-        h = float(self.heldout)
-        if not (0 < h < 1 or (h >= 1 and h == int(h))):
-            raise ConfigError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
+        check_heldout(self.heldout)
         if self.lora_r < 1 or not self.lora_alpha > 0 or not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"need lora_r >= 1, lora_alpha > 0 and 0 <= lora_dropout < 1, got {self.lora_r}, "
                               f"{self.lora_alpha}, {self.lora_dropout}")
@@ -160,10 +158,6 @@ class AdaptConfig(TrainerConfig):
         except ValueError as exc:
             raise ConfigError(f"budget/interval: {exc}") from None
         return policy
-
-    @classmethod
-    def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.init]
 
 
 __all__ = ["ATTENTION_PROJECTIONS", "AdaptConfig", "NOT_ADAPTABLE"]

@@ -3,39 +3,29 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import ClassVar
 
 from training.reward import REWARDS
-from training.trainer_config import TrainerConfig
+from training.refine_config import RefinementConfig
 
 ADVANTAGES = ("episode", "per_event")
 
 
 @dataclass
-class GRPOConfig(TrainerConfig):
+class GRPOConfig(RefinementConfig):
     """Keys of ``configs/grpo.yaml`` (documented there); validated on construction."""
 
-    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see GRPOTask
-        "traces", "init_scorer", "ref_scorer", "eval_before", "eval_traces", "eval_group_size", "eval_seed"}
+    RUN_CONTROL: ClassVar[frozenset] = RefinementConfig.RUN_CONTROL | {  # paths: by content, see GRPOTask
+        "ref_scorer", "eval_group_size", "eval_seed"}
 
     out_dir: str = "runs/grpo"
     steps: int = 250
     lr: float = 3e-4
     warmup_steps: int = 0
-    micro_batch: int = 1
-    checkpoint_every: int = 25
-    log_every: int = 1
-    model: str = "smollm2-135m"
-    dtype: str | None = None
-    traces: str | list[str] = ""
-    init_scorer: str = ""
     ref_scorer: str | None = None
     budget: int | None = None
     interval: int | None = None
-    max_traces: int = 0
-    heldout: float = 0.25
-    split_seed: int = 0
     group_size: int = 8
     temperature: float = 0.003  # matched to the SL hinge margin 0.01 (docs/training.md, "GRPO")
     inner_epochs: int = 1
@@ -48,16 +38,11 @@ class GRPOConfig(TrainerConfig):
     drop_entropy_frac: float = 0.2
     adv_eps: float = 1e-4
     advantage: str = "episode"
-    eval_before: bool = True
-    eval_traces: int = 0
     eval_group_size: int = 0
     eval_seed: int = 12345
 
     def __post_init__(self):
         super().__post_init__()
-        if not self.traces or not self.init_scorer:
-            raise ValueError("set `traces` (a `foresight trace` directory) and `init_scorer` (an SL scorer "
-                             "directory, e.g. runs/sl/run/scorer)")
         if (self.budget is None) != (self.interval is None):
             raise ValueError("set both budget and interval, or neither (then the scorer's are used)")
         if self.budget is not None and not 0 < self.interval < self.budget:
@@ -81,17 +66,8 @@ class GRPOConfig(TrainerConfig):
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
         if self.advantage not in ADVANTAGES:
             raise ValueError(f"advantage must be one of {', '.join(ADVANTAGES)}, got {self.advantage!r}")
-        h = float(self.heldout)
-        if not (0 < h < 1 or (h >= 1 and h == int(h))):
-            raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
-        if self.eval_group_size == 1 or self.eval_group_size < 0 or self.eval_traces < 0:
-            raise ValueError("eval_group_size must be 0 (= group_size) or >= 2; eval_traces >= 0")
-        if self.max_traces < 0:
-            raise ValueError(f"max_traces must be >= 0 (0 = all), got {self.max_traces}")
-
-    @classmethod
-    def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.init]
+        if self.eval_group_size == 1 or self.eval_group_size < 0:
+            raise ValueError("eval_group_size must be 0 (= group_size) or >= 2")
 
 
 def beta_at(step: int, cfg: GRPOConfig) -> float:

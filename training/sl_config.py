@@ -4,13 +4,13 @@ construction so that a typo fails before a model is loaded."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
 from foresight.scorer import Scorer
-from training.trainer_config import TrainerConfig
+from training.trainer_config import TrainerConfig, check_heldout
 from training.ranking import PAIR_WEIGHTS
 
 
@@ -62,9 +62,7 @@ class SLConfig(TrainerConfig):
             raise ValueError(f"need 0 < interval < budget, got {self.interval}, {self.budget}")
         if not 0.0 <= self.decay <= 1.0:  # checked by the feature extractor only after the model load
             raise ValueError(f"decay must be in [0, 1], got {self.decay}")
-        h = float(self.heldout)
-        if not (0 < h < 1 or (h >= 1 and h == int(h))):
-            raise ValueError(f"heldout must be a fraction in (0, 1) or a number of problems, got {self.heldout}")
+        check_heldout(self.heldout)
         self.feature_set = list(check_feature_set(self.feature_set))
         if self.pair_weight not in PAIR_WEIGHTS:
             raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {self.pair_weight!r}")
@@ -104,7 +102,3 @@ class SLConfig(TrainerConfig):
             if not d[key]:
                 d.pop(key)
         return d
-
-    @classmethod
-    def keys(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.init]

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from foresight.adapters import ADAPTER_WEIGHTS
-from foresight.config import check_adapter, check_device, check_fields, check_keys, read_json
+from foresight.config import ConfigError, check_adapter, check_device, check_fields, check_keys, read_json
 from foresight.fingerprint import dtype_name
 from foresight.models import resolved_dtype
 from training.digests import digest, digest_files
@@ -96,8 +96,20 @@ class TrainerConfig:
         return asdict(self)
 
     @classmethod
+    def keys(cls) -> list[str]:
+        """The config's keys (every init field), in declaration order."""
+        return [f.name for f in fields(cls) if f.init]
+
+    @classmethod
     def from_dict(cls, d: dict) -> "TrainerConfig":
         return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "config"))
+
+
+def check_heldout(heldout: float) -> None:
+    """Refuse a ``heldout`` that is neither a fraction in (0, 1) nor a whole number of problems."""
+    h = float(heldout)
+    if not (0 < h < 1 or (h >= 1 and h == int(h))):
+        raise ConfigError(f"heldout must be a fraction in (0, 1) or a number of problems, got {heldout}")
 
 
 def lr_lambda(warmup: int, total: int, min_ratio: float = 0.0):
