@@ -33,9 +33,13 @@ scorer() {  # the learned scorer at B=$1, W=$2
     if [ -d foresight/scorers/smollm2-135m-b$1-w$2 ]; then
         echo smollm2-135m-b$1-w$2
     else
-        [ -f $E/scorer_B$1_W$2/config.json ] || $PY -m foresight export foresight/scorers/smollm2-135m-b64-w16 \
-            --budget $1 --interval $2 --out $E/scorer_B$1_W$2 >&2
-        echo $E/scorer_B$1_W$2
+        # keyed by the B=64 weights it moves, so that new shipped weights are never measured through an old copy
+        local sha moved
+        sha=$(sha256sum foresight/scorers/smollm2-135m-b64-w16/model.safetensors | cut -c1-12)
+        moved=$E/scorer_B$1_W$2_$sha
+        [ -f $moved/config.json ] || $PY -m foresight export foresight/scorers/smollm2-135m-b64-w16 \
+            --budget $1 --interval $2 --out $moved >&2
+        echo $moved
     fi
 }
 stamp traces
