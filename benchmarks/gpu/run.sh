@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 68's decode table on one GPU (about 8 minutes on an H200): foresight full/h2o/learned, model.generate with a
+# The decode-throughput table on one GPU (about 8 minutes on an H200): foresight full/h2o/learned, model.generate with a
 # BudgetedCache, with its dynamic cache and with its static cache compiled, on random-weight models of SmolLM2-135M's
 # and Qwen3-4B's shapes. `bash benchmarks/gpu/run.sh --dry-run` checks it on the CPU with a tiny model.
 # The compiled columns (foresight h2o/learned on the static cache, CUDA graphs) compile once per row; if the run
