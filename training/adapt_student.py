@@ -101,10 +101,14 @@ def teacher_log_probs(peft_model, lm, sequence: list[int], first: int, interval:
 
 class StudentKL:
     """``on_logits`` hook of the student replay: sums KL(p_full || p_evicted) (and the CE of the trace's next
-    tokens when ``with_ce``) over positions ``>= first``, keeping the graph."""
+    tokens when ``with_ce``) over positions ``>= first``, keeping the graph. Without ``ref`` it sums the CE alone
+    (``with_ce`` required; ``kl`` stays 0)."""
 
-    def __init__(self, ref: ReferenceLogProbs, first: int, sequence: list[int], with_ce: bool = False):
+    def __init__(self, ref: ReferenceLogProbs | None, first: int, sequence: list[int], with_ce: bool = False):
+        if ref is None and not with_ce:
+            raise ValueError("StudentKL without a reference sums the CE only: pass with_ce=True")
         self.ref, self.first, self.with_ce = ref, first, with_ce
+        self.n = len(sequence)
         self.targets = torch.tensor(sequence[1:], dtype=torch.long)
         self.kl: torch.Tensor | float = 0.0
         self.ce: torch.Tensor | float = 0.0
@@ -112,13 +116,14 @@ class StudentKL:
         self.count = 0
 
     def __call__(self, start: int, end: int, logits: torch.Tensor) -> None:
-        a, b = max(start, self.first), min(end, self.ref.n - 1)
-        if b <= a or self.ref.logp is None:
+        a, b = max(start, self.first), min(end, self.n - 1)
+        if b <= a:
             return
         piece = logits[:, a - start : b - start]
-        kl, agree = kl_and_agreement(self.ref.logp[:, a - self.ref.lo : b - self.ref.lo], piece)
-        self.kl = self.kl + kl.sum()
-        self.agree += float(agree.sum())
+        if self.ref is not None:
+            kl, agree = kl_and_agreement(self.ref.logp[:, a - self.ref.lo : b - self.ref.lo], piece)
+            self.kl = self.kl + kl.sum()
+            self.agree += float(agree.sum())
         self.count += b - a
         if self.with_ce:
             target = self.targets[a:b].to(piece.device)

@@ -51,10 +51,12 @@ def relaxed_loss(model, scorer: Scorer, seq: list[int], budget: int, interval: i
                  objective: str = "ce", ref: ReferenceLogProbs | None = None,
                  engine: str = "auto") -> tuple[torch.Tensor, StudentKL]:
     """The summed objective of one trace under the relaxed eviction (with graph to ``scorer``) and the hook that
-    summed it (``count`` positions ``>= B + W``, ``ce``, ``kl``). ``ref``: the full cache's log-probs (computed
-    when not given)."""
+    summed it (``count`` positions ``>= B + W``, ``ce``, and ``kl`` where there is a reference). ``ref``: the full
+    cache's log-probs, computed here for ``objective="kl"`` when not given; ``ce`` needs none (the reference holds
+    every position's whole distribution, tens of MB a trace)."""
     first = budget + interval
-    ref = ref if ref is not None else reference(model, seq, first, interval)
+    if ref is None and objective == "kl":
+        ref = reference(model, seq, first, interval)
     hook = StudentKL(ref, first, seq, with_ce=True)
     policy = RelaxedLearnedPolicy(scorer=scorer, tau=tau)
     replay(model, [seq], policy, budget, interval, on_logits=hook, grad=True, engine=engine)
@@ -103,7 +105,6 @@ class E2ETask:
         longest = min(max(len(r["input_ids"]) for r in self.train_rows), cfg.max_tokens or 1 << 62)
         vocab = model.get_input_embeddings().num_embeddings
         check_step_memory(cfg, dist, longest * (kv_bytes_per_token(model) + 2 * 4 * vocab))
-        self._refs: dict[str, ReferenceLogProbs] = {}
         self._full_ce: dict[str, torch.Tensor] = {}
         self._init_ratio: dict[str, float] = {}
         sc = self.module.config
@@ -115,12 +116,6 @@ class E2ETask:
     def _seq(self, row) -> list[int]:
         ids = list(map(int, row["input_ids"]))
         return ids[: self.cfg.max_tokens or None]
-
-    def _reference(self, row) -> ReferenceLogProbs:
-        tid = row["trace_id"]
-        if tid not in self._refs:  # one full-cache replay per trace (the LM is frozen)
-            self._refs[tid] = reference(self.model, self._seq(row), self.budget + self.interval, self.interval)
-        return self._refs[tid]
 
     # -- loop.Task ------------------------------------------------------------------------------------------------
     def num_items(self) -> int:
@@ -135,15 +130,20 @@ class E2ETask:
         total, count, ce, kl = None, 0, 0.0, 0.0
         for i in items:
             row = self.train_rows[i]
+            # the reference (objective kl) is recomputed per step, not kept: one trace's is tens of MB, every trace's
+            # would grow without bound over a run
             part, hook = relaxed_loss(self.model, scorer, self._seq(row), self.budget, self.interval, cfg.tau,
-                                      cfg.objective, self._reference(row))
+                                      cfg.objective)
             total = part if total is None else total + part
             count += hook.count
             ce += float(hook.ce.detach()) if isinstance(hook.ce, torch.Tensor) else 0.0
             kl += float(hook.kl.detach()) if isinstance(hook.kl, torch.Tensor) else 0.0
         if count == 0:
             return total * 0.0, {"positions": 0}
-        return total / count, {"relaxed_ce": ce / count, "relaxed_kl": kl / count, "positions": count}
+        metrics = {"relaxed_ce": ce / count, "positions": count}
+        if cfg.objective == "kl":
+            metrics["relaxed_kl"] = kl / count
+        return total / count, metrics
 
     @torch.no_grad()
     def _hard(self, row, scorer) -> tuple[float, float]:

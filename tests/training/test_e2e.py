@@ -218,9 +218,35 @@ def test_e2e_trains_and_resume_equals_uninterrupted(tiny_e2e, tmp_path):
         assert torch.equal(b[k], final[k]), k
     recs_b = [r for r in read_metrics(tmp_path / "part" / "metrics.jsonl") if r["kind"] == "train"]
     for ra, rb in zip(recs, recs_b):
-        for key in ("loss", "relaxed_ce", "relaxed_kl", "positions"):
+        for key in ("loss", "relaxed_ce", "positions"):
             assert ra[key] == rb[key], (ra["step"], key)
+        assert "relaxed_kl" not in ra  # objective ce: no full-cache reference is computed
     assert resumed["eval"] == full["eval"]
+
+
+@pytest.mark.parametrize("objective, calls", [("ce", 0), ("kl", 6)])
+def test_e2e_keeps_no_full_cache_reference_across_steps(tiny_e2e, tmp_path, monkeypatch, objective, calls):
+    """The full cache's log-probs are a trace's whole distributions (about 100 MB for 512 SmolLM2 tokens): objective
+    ce never computes them, kl computes them for each step's trace and keeps none, so a run's memory does not grow
+    with the number of traces it has seen (it held every trace's, and a 92-trace run passed 13 GB)."""
+    import training.e2e as e2e
+    from training.logging import read_metrics
+
+    made = []
+
+    def counted(*args, **kwargs):
+        ref = real(*args, **kwargs)
+        made.append(ref)
+        return ref
+
+    real = e2e.reference
+    monkeypatch.setattr(e2e, "reference", counted)
+    model, _ = get_model("tiny-llama")
+    out = tmp_path / objective
+    e2e.run_e2e(_cfg(tiny_e2e, out, steps=6, objective=objective, eval_before=False), model=model)
+    assert len(made) == calls  # one per step (micro_batch 1) over four training traces: the same trace again too
+    recs = [r for r in read_metrics(out / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(recs) == 6 and all(("relaxed_kl" in r) == (objective == "kl") for r in recs)
 
 
 def test_the_yaml_lists_exactly_the_config_keys():
