@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The quality recipe on the default model (CPU, 2 cores): traces of the 336 training problems and the 64 held-out
-# problems of benchmarks/quality/heldout_problems.txt -> golden labels at B/W -> SL with DAgger rounds -> the
-# quality benchmark (every heuristic, golden, SL, SL+DAgger) on the held-out traces -> the scorer exported.
+# problems of benchmarks/quality/heldout_problems.txt -> golden labels at B/W -> SL with DAgger rounds -> loss-aware
+# refinement (`train e2e`) -> the quality benchmark (every heuristic, golden, SL, SL+DAgger, +e2e) on the held-out
+# traces.
 # Every stage resumes when rerun (kill it at any point and run the same command again).
 #
 #   bash benchmarks/quality/recipe.sh                 # B=64, W=16, all 336 training problems: the packaged scorer's
@@ -9,6 +10,7 @@
 #   B=128 W=32 bash benchmarks/quality/recipe.sh      # the other shipped setting
 #   TRAIN=96 bash benchmarks/quality/recipe.sh        # the first 96 training traces only (a quicker run)
 #   ROUNDS=4 bash benchmarks/quality/recipe.sh        # after a finished 3-round run: trains round 4 only
+#   E2E_STEPS=0 bash benchmarks/quality/recipe.sh     # imitation only (no `train e2e` stage)
 #   HELDOUT=48 STAGE=heldout bash benchmarks/quality/recipe.sh   # the benchmark's 48 held-out traces only
 #   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # the post-RoPE-key recipe (post-RoPE
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
@@ -28,6 +30,8 @@ TRAIN=${TRAIN:-0}        # 0: every finished training trace
 HELDOUT=${HELDOUT:-64}
 STEPS=${STEPS:-2400}
 ROUNDS=${ROUNDS:-3}
+E2E_STEPS=${E2E_STEPS:-144}   # train e2e steps after SL + DAgger (0: none), one trace a step
+E2E_TRACES=${E2E_TRACES:-96}  # on the first N training traces (4 problems of them held out)
 FEATURES=${FEATURES:-prekey,value,attn,age}   # the scorer's feature groups (foresight.feature_groups)
 TAG=""; [ "$FEATURES" != key,value,attn,age ] && TAG="_${FEATURES//,/-}"   # no tag: the first recipe's directories
 export OMP_NUM_THREADS=1
@@ -57,9 +61,18 @@ two_ranks $PY -m foresight golden --traces $E/train_traces --out $E/golden_train
 stamp "SL + $ROUNDS DAgger rounds"
 SL=$E/sl_B${B}_W${W}${TAG}
 E=$E PY=$PY bash benchmarks/quality/train_sl.sh $B $W $SL steps=$STEPS "feature_set=[$FEATURES]" dagger_rounds=$ROUNDS
+if [ "$E2E_STEPS" != 0 ]; then
+    stamp "loss-aware refinement: train e2e, $E2E_STEPS steps"
+    E2E=$E/e2e_B${B}_W${W}${TAG}
+    resume=""; [ -d $E2E/checkpoints ] && resume="--resume"
+    [ -f $E2E/summary.json ] || $PY -m foresight train e2e --config configs/e2e.yaml traces=$E/train_traces \
+        max_traces=$E2E_TRACES init_scorer=$SL/scorer out_dir=$E2E steps=$E2E_STEPS heldout=4 eval_traces=4 \
+        eval_before=false checkpoint_every=24 device=cpu $resume
+fi
 stamp "quality benchmark"
 if [ "$ROUNDS" = 0 ]; then stages="--scorer sl=$SL/scorer"  # plain SL writes no rounds/
 else stages="--scorer sl=$SL/rounds/round-0/scorer --scorer dagger=$SL/scorer"; fi
+[ "$E2E_STEPS" != 0 ] && stages="$stages --scorer e2e=$E2E/scorer"
 $PY benchmarks/quality/run.py --model smollm2-135m --traces $E/heldout_traces \
     --setting $B:$W=$E/golden_heldout_B${B}_W${W} $stages \
     --out $E/quality_B${B}_W${W}${TAG}
