@@ -12,7 +12,7 @@ from foresight.policies import make_policy
 from foresight.policies.registry import check_policy_names
 from foresight.schedule import CacheConfig
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, resolve_scorer
-from training.trainer_config import TrainerConfig, check_heldout
+from training.trainer_config import TracesConfig
 
 #: LoRA on every attention projection of the Llama/Qwen families (the default targets).
 ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -23,11 +23,11 @@ NOT_ADAPTABLE = {"full": "never evicts, so there is nothing to adapt to",
 
 
 @dataclass
-class AdaptConfig(TrainerConfig):
+class AdaptConfig(TracesConfig):
     """Keys of ``configs/adapt.yaml`` (documented there); validated on construction."""
 
-    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # paths: by content, see AdaptTask
-        "traces", "heldout_traces", "scorer", "eval_policies", "eval_traces", "eval_before", "init_adapter"}
+    RUN_CONTROL: ClassVar[frozenset] = TracesConfig.RUN_CONTROL | {  # paths: by content, see AdaptTask
+        "heldout_traces", "scorer", "eval_policies", "eval_traces", "eval_before", "init_adapter"}
 
     out_dir: str = "runs/adapt"
     steps: int = 200
@@ -36,13 +36,7 @@ class AdaptConfig(TrainerConfig):
     micro_batch: int = 1
     checkpoint_every: int = 50
     log_every: int = 10
-    model: str = "smollm2-135m"
-    dtype: str | None = None
-    traces: str | list[str] = ""
     heldout_traces: str | None = None
-    max_traces: int = 0
-    heldout: float = 0.25
-    split_seed: int = 0
     policy: str = "learned"
     policy_kwargs: dict = field(default_factory=dict)
     scorer: str | None = None
@@ -73,13 +67,12 @@ class AdaptConfig(TrainerConfig):
             raise ConfigError(f"heldout_traces: {self.heldout_traces} is not a directory (a `foresight trace` output)")
         if not 0 < self.interval < self.budget:
             raise ConfigError(f"need 0 < interval < budget, got interval={self.interval}, budget={self.budget}")
-        if self.sinks < 0 or self.max_traces < 0 or self.eval_traces < 0:
-            raise ConfigError("sinks, max_traces and eval_traces must be >= 0")
+        if self.sinks < 0 or self.eval_traces < 0:
+            raise ConfigError("sinks and eval_traces must be >= 0")
         try:  # sinks past B - W: refused by the runtime after the model load, with split.json written
             CacheConfig(self.budget, self.interval, self.sinks)
         except ValueError as exc:
             raise ConfigError(f"budget/interval/sinks: {exc}") from None
-        check_heldout(self.heldout)
         if self.lora_r < 1 or not self.lora_alpha > 0 or not 0 <= self.lora_dropout < 1:
             raise ConfigError(f"need lora_r >= 1, lora_alpha > 0 and 0 <= lora_dropout < 1, got {self.lora_r}, "
                               f"{self.lora_alpha}, {self.lora_dropout}")

@@ -10,28 +10,22 @@ from typing import Any, ClassVar
 from foresight.features import check_feature_set
 from foresight.policies.registry import check_policy_names
 from foresight.scorer import Scorer
-from training.trainer_config import TrainerConfig, check_heldout
+from training.trainer_config import TracesConfig
 from training.ranking import PAIR_WEIGHTS
 
 
 @dataclass
-class SLConfig(TrainerConfig):
+class SLConfig(TracesConfig):
     """Keys of ``configs/sl.yaml`` (documented there); validated on construction."""
 
-    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {  # traces/labels: by content, see SLTask
-        "traces", "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
+    RUN_CONTROL: ClassVar[frozenset] = TracesConfig.RUN_CONTROL | {  # labels: by content, see SLTask
+        "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
         "fidelity_policies", "fidelity_max_traces", "init_scorer"}  # init_scorer: by content, see SLData
 
     out_dir: str = "runs/sl"
-    model: str = "smollm2-135m"
-    dtype: str | None = None
-    traces: str | list[str] = ""
     labels: Any = ""
     budget: int = 128
     interval: int = 32
-    max_traces: int = 0
-    heldout: float = 0.25
-    split_seed: int = 0
     feature_set: list = field(default_factory=lambda: ["key", "value", "attn"])
     hidden: int = 16
     decay: float = 0.9
@@ -62,7 +56,6 @@ class SLConfig(TrainerConfig):
             raise ValueError(f"need 0 < interval < budget, got {self.interval}, {self.budget}")
         if not 0.0 <= self.decay <= 1.0:  # checked by the feature extractor only after the model load
             raise ValueError(f"decay must be in [0, 1], got {self.decay}")
-        check_heldout(self.heldout)
         self.feature_set = list(check_feature_set(self.feature_set))
         if self.pair_weight not in PAIR_WEIGHTS:
             raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {self.pair_weight!r}")
@@ -70,7 +63,7 @@ class SLConfig(TrainerConfig):
             raise ValueError("hidden and replay_batch_size must be >= 1, margin and max_pairs >= 0")
         if self.feature_dtype not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"feature_dtype must be float16, bfloat16 or float32, got {self.feature_dtype}")
-        for key in ("max_traces", "fidelity_max_traces", "eval_max_rows"):
+        for key in ("fidelity_max_traces", "eval_max_rows"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0 (0 = all), got {getattr(self, key)}")
         check_policy_names(self.fidelity_policies, "fidelity_policies")  # a typo fails now, not after training

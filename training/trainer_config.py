@@ -1,7 +1,8 @@
 """The keys every trainer shares (optimisation, checkpointing, logging) and what a resume must match.
 
-:class:`TrainerConfig` is the base of each trainer's dataclass config (``SLConfig``, ``GRPOConfig``,
-``AdaptConfig``), validated on construction; :func:`resume_settings` is the record a ``--resume`` compares
+:class:`TrainerConfig` is the base of each trainer's dataclass config, :class:`TracesConfig` that of the trainers
+that read traces (``SLConfig``, ``AdaptConfig``, and ``GRPOConfig`` and ``E2EConfig`` through
+:class:`training.refine_config.RefinementConfig`), validated on construction; :func:`resume_settings` is the record a ``--resume`` compares
 (:mod:`training.settings_check`); :func:`lr_lambda` is the schedule the loop (:mod:`training.loop`) steps.
 """
 
@@ -103,6 +104,27 @@ class TrainerConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainerConfig":
         return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "config"))
+
+
+@dataclass
+class TracesConfig(TrainerConfig):
+    """A trainer that reads ``traces`` of ``model`` (its ``dtype``), the first ``max_traces`` of them, and holds
+    problems out (``heldout``: a fraction or a count, drawn with ``split_seed``); validated on construction."""
+
+    RUN_CONTROL: ClassVar[frozenset] = TrainerConfig.RUN_CONTROL | {"traces"}  # by content: each task's data digest
+
+    model: str = "smollm2-135m"
+    dtype: str | None = None
+    traces: str | list[str] = ""
+    max_traces: int = 0
+    heldout: float = 0.25
+    split_seed: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_heldout(self.heldout)
+        if self.max_traces < 0:
+            raise ConfigError(f"max_traces must be >= 0 (0 = all), got {self.max_traces}")
 
 
 def check_heldout(heldout: float) -> None:
