@@ -66,6 +66,7 @@ across() {  # learned at B=$1, W=$2 on the positions >= $3 (those of a larger bu
         > $E/across_B$1_from$3.log 2>&1
     measured $dir
 }
+scorer 32 8 > /dev/null  # the moved B=32 scorer, once, before the stages that run beside each other read it
 stamp "quality at B=32, 64, 128"
 quality 64 16 & q64=$!
 quality 128 32 & q128=$!
