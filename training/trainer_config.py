@@ -2,8 +2,8 @@
 
 :class:`TrainerConfig` is the base of each trainer's dataclass config, :class:`TracesConfig` that of the trainers
 that read traces (``SLConfig``, ``AdaptConfig``, and ``GRPOConfig`` and ``E2EConfig`` through
-:class:`training.refine_config.RefinementConfig`), validated on construction; :func:`resume_settings` is the record a ``--resume`` compares
-(:mod:`training.settings_check`); :func:`lr_lambda` is the schedule the loop (:mod:`training.loop`) steps.
+:class:`training.refine_config.RefinementConfig`), validated on construction; :func:`resume_settings` is the record
+a ``--resume`` compares (:mod:`training.settings_check`); :func:`lr_lambda` is the schedule the loop (:mod:`training.loop`) steps.
 """
 
 from __future__ import annotations
@@ -81,8 +81,6 @@ class TrainerConfig:
             raise ValueError(f"report_to must be one of {', '.join(REPORTERS)}, got {self.report_to!r}")
         check_device(self.device, "device")
         check_adapter(self.adapter, "adapter")
-        if getattr(self, "dtype", None) not in (None, "float32", "bfloat16", "float16"):  # trainers with a model
-            raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
         # exists, parses and asks for what this trainer can run, before any work (DeepSpeed or the first checkpoint
         # found the rest after the data preparation, with split.json written)
         check_ds_content(read_json(self.deepspeed, "DeepSpeed config (config key `deepspeed`)", expect=dict),
@@ -103,7 +101,7 @@ class TrainerConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "TrainerConfig":
-        return cls(**check_keys(d, (f.name for f in fields(cls) if f.init), "config"))
+        return cls(**check_keys(d, cls.keys(), "config"))
 
 
 @dataclass
@@ -122,6 +120,8 @@ class TracesConfig(TrainerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16, float16 or null, got {self.dtype!r}")
         check_heldout(self.heldout)
         if self.max_traces < 0:
             raise ConfigError(f"max_traces must be >= 0 (0 = all), got {self.max_traces}")
