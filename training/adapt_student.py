@@ -88,15 +88,21 @@ class EvictedStudent(torch.nn.Module):
         return {n: p.detach() for n, p in self.lm.named_parameters() if p.requires_grad}
 
 
+def full_reference(lm, sequence: list[int], first: int, interval: int,
+                   sinks: int = 0) -> tuple[ReferenceLogProbs, torch.Tensor]:
+    """The full cache's log-probs of ``lm`` at positions ``>= first`` of one trace (fp64 for an fp64 model, else
+    fp32), and its per-position CE (N-1,). The full cache evicts nothing, so the sequence is fed in pieces of
+    :data:`foresight.runtime.FULL_PIECE` tokens, as ``eval fidelity`` feeds its reference."""
+    ref = ReferenceLogProbs(first, len(sequence), torch.float64 if lm.dtype == torch.float64 else torch.float32)
+    res = replay(lm, [sequence], "full", None, interval, sinks=sinks, on_logits=ref)
+    return ref, res.ce[0]
+
+
 def teacher_log_probs(peft_model, lm, sequence: list[int], first: int, interval: int,
                       sinks: int = 0) -> tuple[ReferenceLogProbs, torch.Tensor]:
-    """The full-cache log-probs of the LM with its adapter disabled at positions ``>= first`` (one trace), and
-    its per-position CE (N-1,). The full cache evicts nothing, so the sequence is fed in pieces of
-    :data:`foresight.runtime.FULL_PIECE` tokens, as ``eval fidelity`` feeds its reference."""
-    ref = ReferenceLogProbs(first, len(sequence), torch.float32)
+    """:func:`full_reference` of the LM with its adapter disabled (the teacher: one model in memory)."""
     with peft_model.disable_adapter():
-        res = replay(lm, [sequence], "full", None, interval, sinks=sinks, on_logits=ref)
-    return ref, res.ce[0]
+        return full_reference(lm, sequence, first, interval, sinks)
 
 
 class StudentKL:
@@ -178,4 +184,4 @@ def distillation_loss(student, peft_model, lm, sequences: list[list[int]], budge
     return loss, metrics
 
 
-__all__ = ["EvictedStudent", "StudentKL", "distillation_loss", "teacher_log_probs"]
+__all__ = ["EvictedStudent", "StudentKL", "distillation_loss", "full_reference", "teacher_log_probs"]

@@ -30,21 +30,13 @@ from foresight.limits import kv_bytes_per_token
 from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
-from training.adapt_student import StudentKL
+from training.adapt_student import StudentKL, full_reference
 from training.digests import digest_files, digest_rows
 from training.e2e_config import E2EConfig
 from training.e2e_policy import RelaxedLearnedPolicy
 from training.loop import check_step_memory, evaluate_before, run_task, task_model
 from training.provenance import split_traces, stamp
 from training.reward import loss_ratio
-
-
-def reference(model, seq: list[int], first: int, interval: int) -> ReferenceLogProbs:
-    """The full cache's log-probs of ``seq`` at positions ``>= first`` (fp64 for an fp64 model, else fp32)."""
-    dtype = torch.float64 if model.dtype == torch.float64 else torch.float32
-    ref = ReferenceLogProbs(first, len(seq), dtype)
-    replay(model, [seq], "full", None, interval, on_logits=ref)
-    return ref
 
 
 def relaxed_loss(model, scorer: Scorer, seq: list[int], budget: int, interval: int, tau: float,
@@ -56,7 +48,7 @@ def relaxed_loss(model, scorer: Scorer, seq: list[int], budget: int, interval: i
     every position's whole distribution, tens of MB a trace)."""
     first = budget + interval
     if ref is None and objective == "kl":
-        ref = reference(model, seq, first, interval)
+        ref = full_reference(model, seq, first, interval)[0]
     hook = StudentKL(ref, first, seq, with_ce=True)
     policy = RelaxedLearnedPolicy(scorer=scorer, tau=tau)
     replay(model, [seq], policy, budget, interval, on_logits=hook, grad=True, engine=engine)
@@ -194,4 +186,4 @@ def run_e2e(cfg: E2EConfig, resume: bool = False, model=None, overwrite: bool = 
     )
 
 
-__all__ = ["E2EConfig", "E2EData", "E2ETask", "reference", "relaxed_loss", "run_e2e"]
+__all__ = ["E2EConfig", "E2EData", "E2ETask", "relaxed_loss", "run_e2e"]

@@ -15,7 +15,8 @@ from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model, save_random_traces
-from training.e2e import reference, relaxed_loss
+from training.adapt_student import full_reference
+from training.e2e import relaxed_loss
 from training.e2e_policy import RelaxedLearnedPolicy
 
 B, W = 16, 4
@@ -91,7 +92,7 @@ def test_gradient_matches_central_finite_differences(engine, objective, monkeypa
     model = _fp64_model()
     sc = _scorer(model)
     seq = _seq(44)
-    ref = reference(model, seq, B + W, W)
+    ref = full_reference(model, seq, B + W, W)[0]
     loss, hook = relaxed_loss(model, sc, seq, B, W, tau=0.5, objective=objective, ref=ref, engine=engine)
     assert hook.count == len(seq) - 1 - (B + W)
     loss.backward()
@@ -239,8 +240,8 @@ def test_e2e_keeps_no_full_cache_reference_across_steps(tiny_e2e, tmp_path, monk
         made.append(ref)
         return ref
 
-    real = e2e.reference
-    monkeypatch.setattr(e2e, "reference", counted)
+    real = e2e.full_reference
+    monkeypatch.setattr(e2e, "full_reference", counted)
     model, _ = get_model("tiny-llama")
     out = tmp_path / objective
     e2e.run_e2e(_cfg(tiny_e2e, out, steps=6, objective=objective, eval_before=False), model=model)
