@@ -118,9 +118,13 @@ def _ci(v: dict, value: str = "value", pct: bool = False) -> str:
 
 
 def _when(measured: list[dict]) -> str:
-    """"Measured DATE at commit `C`" for records measured together, or each date and commit."""
-    seen = sorted({(m["date"], m["commit"]) for m in measured})
-    return " and ".join(f"{d} at commit `{c}`" for d, c in seen)
+    """"Measured DATE at commit `C`" for records measured together; else each date with its commits."""
+    by_date: dict[str, list[str]] = {}
+    for m in measured:
+        if m["commit"] not in by_date.setdefault(m["date"], []):
+            by_date[m["date"]].append(m["commit"])
+    return " and ".join(f"{d} at commit{'s' if len(cs) > 1 else ''} {' and '.join(f'`{c}`' for c in sorted(cs))}"
+                        for d, cs in sorted(by_date.items()))
 
 
 def headline(numbers: dict[tuple[int, int], dict], measured: dict) -> str:
