@@ -19,6 +19,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from tqdm.auto import tqdm
+
 from foresight.atomic import atomic_write_text
 from foresight.errors import ForesightError
 from foresight.generation import generate
@@ -92,6 +94,7 @@ def benchmark(
     policy_factory: Callable[[str, int], EvictionPolicy | None] | None = None,
     warmup: bool = True,
     compile: str = "no",
+    progress: bool = False,
 ) -> list[dict]:
     """Measure decode speed and peak KV memory of each policy against the full cache, side by side.
 
@@ -104,6 +107,9 @@ def benchmark(
     :mod:`foresight.static_cache`) or ``both`` (each policy both ways, interleaved; the compiled rows are named
     ``<policy> compiled``). A policy the static cache cannot take is refused. With the static cache the warm-up is
     one whole untimed run of each side (it compiles the step for the shapes the timed runs use).
+
+    ``progress``: a bar on stderr over the runs (the compiled warm-ups, then policies x repeats), naming the one in
+    flight.
     """
     if new_tokens <= 0 or repeats <= 0 or batch_size <= 0:
         raise ForesightError("--new-tokens, --repeats and --batch-size must be positive")
@@ -146,11 +152,15 @@ def benchmark(
         return elapsed, timers[name].seconds - t_hooks, res.stats
 
     names = list(built)
+    bar = tqdm(total=(len(compiled) if warmup else 0) + repeats * len(names), desc="bench", unit="run",
+               disable=not progress)
     if warmup:
         if device.type == "cuda":  # cuDNN plans attention per new KV length: the full cache meets every length
             run("full")            # of every policy's run; the first run would otherwise pay for them alone
         for name in compiled:  # compiles the step for the timed runs' shapes
+            bar.set_postfix_str(f"{name} (compile, untimed)")
             run(name)
+            bar.update()
         for name in names:
             generate(model, tokenizer, prompts[:1], policy=built[name], budget=budget if built[name].evicts else None,
                      interval=interval if built[name].evicts else None, sinks=sinks, max_new_tokens=4,
@@ -161,10 +171,13 @@ def benchmark(
     for r in range(repeats):
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
+            bar.set_postfix_str(name)
             elapsed, hook_s, st = run(name)
             times[name].append(elapsed)
             hooks[name].append(hook_s)
             stats[name] = st
+            bar.update()
+    bar.close()
     prompt_tokens = len(tokenizer(prompts[0])["input_ids"])
     records = []
     for name in names:

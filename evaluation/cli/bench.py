@@ -22,6 +22,7 @@ def register(sub) -> None:
                    help="decode on the static cache with a compiled step (docs/runtime.md): yes, or both side by side "
                         "(default: no, the eager cache)")
     p.add_argument("--out", default=None, help="directory for bench.json and bench.md")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
 
 
@@ -60,7 +61,7 @@ def run(args) -> int:
                            policy_kwargs=kwargs)
     records = benchmark(model, tok, names, args.budget, args.interval, args.new_tokens, repeats=args.repeats,
                         prompt=args.prompt, batch_size=args.batch_size, sinks=args.sinks, policy_factory=factory,
-                        compile=args.compile)
+                        compile=args.compile, progress=not args.no_progress)
     table = bench_table(records)
     device = str(model.device)
     sinks = f", {args.sinks} attention sinks" if args.sinks else ""

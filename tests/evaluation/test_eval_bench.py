@@ -31,6 +31,15 @@ def test_benchmark_records(tiny_llama):
     assert table.splitlines()[2].startswith("| full |")
 
 
+def test_progress_bar_counts_every_timed_run(tiny_llama, capsys):
+    model, tok = tiny_llama
+    benchmark(model, tok, ["h2o"], 32, 8, 12, repeats=2, prompt="x" * 20, warmup=False, progress=True)
+    err = capsys.readouterr().err
+    assert "bench" in err and "4/4" in err  # full and h2o, twice each
+    benchmark(model, tok, ["h2o"], 32, 8, 12, repeats=1, prompt="x" * 20, warmup=False)
+    assert "bench" not in capsys.readouterr().err  # off unless asked
+
+
 def test_two_specs_of_one_policy_class_are_both_measured(tiny_llama):
     """caote:h2o and caote:tova share the class name "caote": keyed by it, only the first was measured, as "caote"."""
     model, tok = tiny_llama
@@ -48,7 +57,8 @@ def test_cli_writes_json_and_table(tmp_path, capsys):
     data = json.loads((out / "bench.json").read_text())
     assert [r["policy"] for r in data["records"]] == ["full", "random"]
     assert all(r["new_tokens"] == 16 for r in data["records"])
-    assert "| random | 32 |" in capsys.readouterr().out
+    got = capsys.readouterr()
+    assert "| random | 32 |" in got.out and "bench" in got.err  # the progress bar is on by default
 
 
 def test_cli_records_the_sinks_and_policy_args_it_ran_with(tmp_path, capsys):
@@ -56,7 +66,8 @@ def test_cli_records_the_sinks_and_policy_args_it_ran_with(tmp_path, capsys):
     out = tmp_path / "bench"
     assert main(["bench", "--model", "tiny-llama", "--policies", "random", "--budget", "32", "--interval", "8",
                  "--sinks", "4", "--policy-arg", "random.seed=3", "--new-tokens", "16", "--repeats", "1", "--prompt",
-                 "hello", "--out", str(out)]) == 0
+                 "hello", "--out", str(out), "--no-progress"]) == 0
+    assert "bench" not in capsys.readouterr().err
     data = json.loads((out / "bench.json").read_text())
     assert [(r["policy"], r["sinks"]) for r in data["records"]] == [("full", None), ("random", 4)]
     assert data["settings"]["policy_args"]["random"] == {"seed": 3} and data["settings"]["scorer"] is None
