@@ -108,8 +108,8 @@ def benchmark(
     ``<policy> compiled``). A policy the static cache cannot take is refused. With the static cache the warm-up is
     one whole untimed run of each side (it compiles the step for the shapes the timed runs use).
 
-    ``progress``: a bar on stderr over the runs (the compiled warm-ups, then policies x repeats), naming the one in
-    flight.
+    ``progress``: a bar on stderr over the whole runs (the untimed warm-ups, then policies x repeats), naming the one
+    in flight.
     """
     if new_tokens <= 0 or repeats <= 0 or batch_size <= 0:
         raise ForesightError("--new-tokens, --repeats and --batch-size must be positive")
@@ -152,15 +152,16 @@ def benchmark(
         return elapsed, timers[name].seconds - t_hooks, res.stats
 
     names = list(built)
-    bar = tqdm(total=(len(compiled) if warmup else 0) + repeats * len(names), desc="bench", unit="run",
-               disable=not progress)
+    # whole untimed runs: on CUDA the full cache first (cuDNN plans attention per new KV length: the full cache meets
+    # every length of every policy's run; the first run would otherwise pay for them alone), then each compiled side
+    # (it compiles the step for the timed runs' shapes)
+    untimed = [*(["full"] if device.type == "cuda" else []), *compiled] if warmup else []
+    bar = tqdm(total=len(untimed) + repeats * len(names), desc="bench", unit="run", disable=not progress)
+    for name in untimed:
+        bar.set_postfix_str(f"{name} (warm-up, untimed)")
+        run(name)
+        bar.update()
     if warmup:
-        if device.type == "cuda":  # cuDNN plans attention per new KV length: the full cache meets every length
-            run("full")            # of every policy's run; the first run would otherwise pay for them alone
-        for name in compiled:  # compiles the step for the timed runs' shapes
-            bar.set_postfix_str(f"{name} (compile, untimed)")
-            run(name)
-            bar.update()
         for name in names:
             generate(model, tokenizer, prompts[:1], policy=built[name], budget=budget if built[name].evicts else None,
                      interval=interval if built[name].evicts else None, sinks=sinks, max_new_tokens=4,
