@@ -26,7 +26,7 @@ class CAOTEPolicy(EvictionPolicy):
     the newest query (before the event), per query head, and the distance averaged over the GQA group.
 
     Build it as ``make_policy("caote:h2o")`` or ``make_policy("caote", inner="tova")``. Hooks (reset, observe,
-    on_evict, check_cache, select) are forwarded to the inner policy.
+    observe_layers, on_evict, check_cache, select) are forwarded to the inner policy.
 
     Parameters
     ----------
@@ -56,6 +56,11 @@ class CAOTEPolicy(EvictionPolicy):
     def per_layer(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.inner, "per_layer", False))
 
+    @property
+    def observes_layers(self) -> bool:  # type: ignore[override]
+        """Held decode steps, all layers at once, when the inner policy takes them so (h2o, tova and snapkv do)."""
+        return bool(getattr(self.inner, "observes_layers", False))
+
     def config(self) -> dict:
         return {"inner": self.inner.name, "inner_kwargs": self.inner.config()}
 
@@ -71,6 +76,14 @@ class CAOTEPolicy(EvictionPolicy):
             self.inner.observe(view)
         p = view.probs[:, :, :, -1, :]  # (b, Hkv, G, n): newest query
         self._out[view.layer_idx] = p @ view.values.float()  # (b, Hkv, G, d)
+
+    def observe_layers(self, view):
+        """The newest query's output of every layer in one product, and the inner policy's :meth:`observe_layers`
+        (sharing the view's attention)."""
+        out = view.probs[..., -1, :] @ view.values.float()  # (L, b, Hkv, G, d)
+        self.inner.observe_layers(view)
+        for i in range(view.num_layers):
+            self._out[i] = out[i]
 
     def score(self, view):
         out = self._out[view.layer_idx]

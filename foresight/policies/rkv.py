@@ -44,6 +44,7 @@ class RKVPolicy(EvictionPolicy):
     name = "rkv"
     per_layer = True
     observes = True
+    observes_layers = True
     lam: float = 0.1
     window: int = 8
     kernel: int = 7

@@ -43,6 +43,7 @@ class SnapKVPolicy(EvictionPolicy):
     name = "snapkv"
     per_layer = True
     observes = True
+    observes_layers = True
     attention_score = True
     window: int = 32
     kernel: int = 5

@@ -27,6 +27,7 @@ class TOVAPolicy(EvictionPolicy):
     name = "tova"
     per_layer = True
     observes = True
+    observes_layers = True
     attention_score = True
 
     def reset(self, batch_size, num_layers, device, **meta):

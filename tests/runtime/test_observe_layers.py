@@ -18,7 +18,7 @@ from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import TINY, get_model
 
 L, HQ, HKV, D, B, W = 4, 6, 2, 16, 24, 8
-POLICIES = ["h2o", "lazy", "learned"]
+POLICIES = ["h2o", "lazy", "learned", "tova", "snapkv", "rkv", "caote"]
 
 
 def build(name: str, fingerprint: dict, held: bool = True, budget: int = B, interval: int = W):
@@ -29,8 +29,8 @@ def build(name: str, fingerprint: dict, held: bool = True, budget: int = B, inte
         policy = make_policy("learned", scorer=Scorer(cfg, seed=0))
     else:
         policy = make_policy(name)
-    if not held:
-        object.__setattr__(policy, "observes_layers", False)
+    if not held:  # caote takes held steps when its inner policy does
+        object.__setattr__(policy.inner if name == "caote" else policy, "observes_layers", False)
     return policy
 
 

@@ -4,6 +4,8 @@ steps; the policies it cannot take decode eagerly (or are refused) with their na
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch._dynamo.testing import CompileCounter
@@ -12,6 +14,7 @@ import foresight
 from foresight.cache import BudgetedCache
 from foresight.errors import ForesightError
 from foresight.policies import make_policy
+from foresight.policies.tova import TOVAPolicy
 from foresight.scorer import Scorer, ScorerConfig
 from foresight.static_cache import StaticBudgetedCache
 from foresight.static_step import StaticConfig
@@ -40,7 +43,7 @@ def prompts(model, rows=2, length=11, seed=0):
 
 
 @pytest.mark.parametrize("model_name", TINY)
-@pytest.mark.parametrize("name", ["full", "streaming_llm", "h2o", "learned"])
+@pytest.mark.parametrize("name", ["full", "streaming_llm", "h2o", "learned", "tova", "snapkv", "rkv", "caote"])
 def test_generate_static_equals_eager(model_name, name):
     model, tok = get_model(model_name)
     budget, interval = budget_of(name)
@@ -63,7 +66,7 @@ def _hf(model, ids, cache, n=40, mask_dtype=torch.long):
 
 
 @pytest.mark.parametrize("model_name", TINY)
-@pytest.mark.parametrize("name", ["full", "streaming_llm", "h2o", "learned"])
+@pytest.mark.parametrize("name", ["full", "streaming_llm", "h2o", "learned", "tova", "snapkv", "rkv", "caote"])
 def test_model_generate_static_equals_eager_and_foresight_generate(model_name, name):
     model, tok = get_model(model_name)
     budget, interval = budget_of(name)
@@ -142,10 +145,18 @@ def test_continuing_a_sequence_leaves_and_reenters_the_static_steps():
         assert cache.static_steps == 38
 
 
+@dataclass
+class PerStepTova(TOVAPolicy):
+    """tova observing its decode steps one layer at a time, as a plugin policy that does not set observes_layers."""
+
+    name = "per_step_tova"
+    observes_layers = False
+
+
 def test_unsupported_policies_are_named():
     model, tok = get_model("tiny-llama")
-    with pytest.raises(ValueError, match="policy 'tova' observes every decode step layer by layer"):
-        StaticBudgetedCache(model, "tova", B, W)
+    with pytest.raises(ValueError, match="policy 'per_step_tova' observes every decode step layer by layer"):
+        StaticBudgetedCache(model, PerStepTova(), B, W)
     with pytest.raises(ValueError, match="policy 'full' never evicts, so the cache needs max_cache_len"):
         StaticBudgetedCache(model, "full")
     with pytest.raises(ValueError, match="backend"):
@@ -156,10 +167,10 @@ def test_an_unsupported_policy_decodes_eagerly_with_the_reason(capsys):
     model, tok = get_model("tiny-llama")
     rows = prompts(model, seed=8)
     ref = foresight.generate(model, tok, rows, policy="tova", budget=B, interval=W, max_new_tokens=12)
-    got = foresight.generate(model, tok, rows, policy="tova", budget=B, interval=W, max_new_tokens=12,
+    got = foresight.generate(model, tok, rows, policy=PerStepTova(), budget=B, interval=W, max_new_tokens=12,
                              static=COMPILED)
     assert torch.equal(got.sequences, ref.sequences)
-    assert "decoding on the eager cache (not compiled): policy 'tova'" in capsys.readouterr().err
+    assert "decoding on the eager cache (not compiled): policy 'per_step_tova'" in capsys.readouterr().err
 
 
 def test_a_full_static_cache_refuses_to_overflow():
@@ -213,13 +224,13 @@ def test_bench_compile_both_measures_each_policy_both_ways(tmp_path, capsys):
     assert data["settings"]["compile"] == "both"
 
 
-def test_bench_compile_refuses_a_policy_it_cannot_take(capsys):
-    from foresight.cli import main
+def test_bench_compile_refuses_a_policy_it_cannot_take():
+    from evaluation.efficiency import refuse_uncompilable
 
-    assert main(["bench", "--model", "tiny-llama", "--policies", "h2o,tova", "--budget", "16", "--interval", "4",
-                 "--compile", "yes"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--compile yes: policy 'tova' observes every decode step layer by layer" in err[0]
+    refuse_uncompilable([make_policy(name) for name in ("h2o", "tova", "snapkv", "rkv", "caote")], "yes", B)
+    with pytest.raises(ForesightError, match="--compile yes: policy 'per_step_tova' observes every decode step layer"):
+        refuse_uncompilable([make_policy("h2o"), PerStepTova()], "yes", B)
+    refuse_uncompilable([PerStepTova()], "no", B)  # the eager cache takes any policy
 
 
 @pytest.mark.parametrize("name", ["h2o", "learned-topk", "streaming_llm"])
