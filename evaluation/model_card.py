@@ -18,6 +18,19 @@ def _provenance_value(v) -> str:
     return f"`{json.dumps(v, default=str) if not isinstance(v, str) else v}`"
 
 
+def _provenance_lines(key: str, v, depth: int = 0) -> list[str]:
+    """The card's bullet of provenance entry ``key``: a record (a training stage's, its config) or a list of records
+    (``earlier_stages``) as nested bullets, anything else on one line by :func:`_provenance_value`."""
+    pad = "  " * depth
+    if isinstance(v, dict) and v:
+        items = list(v.items())
+    elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        items = [(str(i), x) for i, x in enumerate(v, 1)]
+    else:
+        return [f"{pad}- {key}: {_provenance_value(v)}"]
+    return [f"{pad}- {key}:"] + [line for k, x in items for line in _provenance_lines(k, x, depth + 1)]
+
+
 def _fidelity_section(records: list[dict], source: str, config) -> list[str]:
     lines = ["## Evaluation", "", f"Fidelity on held-out traces (from `{source}`; lower loss ratio is better, "
              "1.0 = identical to the full cache):", ""]
@@ -112,7 +125,7 @@ def model_card(scorer, out: Path, fidelity: tuple[list[dict], str] | None, onnx_
         "",
     ]
     if prov:
-        lines += [f"- {k}: {_provenance_value(v)}" for k, v in prov.items()]
+        lines += [line for k, v in prov.items() for line in _provenance_lines(k, v)]
     else:
         lines.append("- (the checkpoint records no provenance)")
     lines.append("")

@@ -17,7 +17,6 @@ scorer, the pooled loss ratio of each and their paired per-trace difference with
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -35,7 +34,7 @@ from training.digests import digest_files, digest_rows
 from training.e2e_config import E2EConfig
 from training.e2e_policy import RelaxedLearnedPolicy
 from training.loop import check_step_memory, evaluate_before, run_task, task_model
-from training.provenance import split_traces, stamp
+from training.provenance import add_refinement, split_traces
 from training.reward import loss_ratio
 
 
@@ -100,10 +99,8 @@ class E2ETask:
         self._full_ce: dict[str, torch.Tensor] = {}
         self._init_ratio: dict[str, float] = {}
         sc = self.module.config
-        sc.provenance = {**sc.provenance, "e2e": {
-            "init_scorer": str(cfg.init_scorer), "traces": cfg.traces, "budget": self.budget,
-            "interval": self.interval, "train_traces": [r["trace_id"] for r in self.train_rows],
-            "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}}
+        sc.provenance = add_refinement(sc.provenance, "e2e", cfg, self.budget, self.interval, self.train_rows,
+                                       self.val_rows)
 
     def _seq(self, row) -> list[int]:
         ids = list(map(int, row["input_ids"]))

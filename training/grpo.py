@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -43,7 +42,7 @@ from foresight.scorer import CONFIG_NAME, WEIGHTS_NAME, Scorer, resolve_scorer
 from training.digests import digest_files, digest_rows
 from training.grpo_config import GRPOConfig, beta_at
 from training.loop import check_step_memory, evaluate_before, run_task, task_model
-from training.provenance import split_traces, stamp
+from training.provenance import add_refinement, split_traces
 from training.reward import episode_rewards, loss_ratio, reward_positions
 from training.rollout import (Rollout, action_advantages, collect_rollouts, event_action_mask, flat_actions,
                               rollout_log_probs)
@@ -174,11 +173,8 @@ class GRPOTask:
         self._buffer: list[Rollout] | None = None
         self._sl_topk: dict[str, float] = {}  # per-trace top-k loss ratio of the frozen SL (reference) scorer
         self.module.config.temperature = cfg.temperature  # the sampling distribution it is trained for
-        self.module.config.provenance = {
-            **sc.provenance, "grpo": {
-                "init_scorer": str(cfg.init_scorer), "traces": cfg.traces, "budget": self.budget,
-                "interval": self.interval, "train_traces": [r["trace_id"] for r in self.train_rows],
-                "heldout_traces": [r["trace_id"] for r in self.val_rows], **stamp(), "config": asdict(cfg)}}
+        self.module.config.provenance = add_refinement(sc.provenance, "grpo", cfg, self.budget, self.interval,
+                                                       self.train_rows, self.val_rows)
 
     def rollout_bytes(self) -> int:
         """One rollout's large tensors on the longest training trace (an estimate, :mod:`foresight.limits`): its KV

@@ -1,7 +1,9 @@
 """What a trained scorer records about how it was made, and which problems a trainer holds out.
 
 :func:`split_problems` is the one held-out split of SL, DAgger, GRPO and e2e (by problem, so samples of one problem
-never straddle it), :func:`split_traces` the traces GRPO and e2e replay, split by it; :func:`stamp` the code version and time every trainer writes into its scorer's provenance.
+never straddle it), :func:`split_traces` the traces GRPO and e2e replay, split by it; :func:`stamp` the code
+version and time every trainer writes into its scorer's provenance; :func:`add_refinement` the record of a GRPO or
+e2e stage, which keeps the records of the stages before it.
 """
 
 from __future__ import annotations
@@ -10,9 +12,12 @@ import hashlib
 import math
 import subprocess
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from foresight.errors import ForesightError
+from foresight.scorer import scorer_sha256
 from golden.traces import load_traces
 
 
@@ -56,3 +61,20 @@ def git_commit() -> str | None:
 def stamp() -> dict:
     """``{"git_commit": ..., "created": <UTC ISO time>}`` for a scorer's provenance."""
     return {"git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def add_refinement(provenance: dict, stage: str, cfg: Any, budget: int, interval: int, train_rows: list[dict],
+                   val_rows: list[dict]) -> dict:
+    """``provenance`` with the record of a refinement stage (``"grpo"``, ``"e2e"``) of the scorer ``cfg.init_scorer``
+    (its path and weights' SHA-256), on ``train_rows`` with ``val_rows`` held out. A scorer refined by the same
+    kind of stage before keeps that earlier record: it moves to ``earlier_stages`` (oldest first, each naming its
+    ``stage``), so a scorer refined twice still says how it was made."""
+    out = dict(provenance)
+    if stage in out:
+        out["earlier_stages"] = [*out.get("earlier_stages", []), {"stage": stage, **out[stage]}]
+    out[stage] = {
+        "init_scorer": str(cfg.init_scorer), "init_scorer_sha256": scorer_sha256(cfg.init_scorer),
+        "traces": cfg.traces, "budget": budget, "interval": interval,
+        "train_traces": [r["trace_id"] for r in train_rows], "heldout_traces": [r["trace_id"] for r in val_rows],
+        **stamp(), "config": asdict(cfg)}
+    return out

@@ -453,3 +453,21 @@ def test_a_moved_scorer_quotes_only_records_measured_in_its_new_cache(scorer_dir
     (scorer_dir / "fidelity.json").write_text(json.dumps([{**r, "budget": 48, "interval": 16} for r in fid]))
     assert main([*args, "--out", str(tmp_path / "new")]) == 0
     assert "| 48 | learned | 1.0123 |" in (tmp_path / "new" / "README.md").read_text()
+
+
+def test_the_card_shows_stage_records_as_nested_bullets():
+    """A refinement stage's record (a dict with hundreds of trace ids and a config) and the earlier stages' records
+    read as nested bullets on the card, trace lists as their length, not as one line of JSON."""
+    from evaluation.model_card import _provenance_lines
+
+    stage = {"init_scorer": "a/scorer", "train_traces": [f"t{i}" for i in range(20)], "config": {"steps": 4, "lr": 0.01}}
+    lines = _provenance_lines("e2e", {**stage, "init_scorer": "b/scorer"})
+    lines += _provenance_lines("earlier_stages", [{"stage": "e2e", **stage}])
+    lines += _provenance_lines("trainer", "sl") + _provenance_lines("empty", {})
+    assert lines == [
+        "- e2e:", "  - init_scorer: `b/scorer`", "  - train_traces: 20 entries (listed in `config.json`)",
+        "  - config:", "    - steps: `4`", "    - lr: `0.01`",
+        "- earlier_stages:", "  - 1:", "    - stage: `e2e`", "    - init_scorer: `a/scorer`",
+        "    - train_traces: 20 entries (listed in `config.json`)", "    - config:", "      - steps: `4`",
+        "      - lr: `0.01`",
+        "- trainer: `sl`", "- empty: `{}`"]

@@ -192,6 +192,21 @@ def _weights(path: Path) -> dict:
     return load_file(str(path / "model.safetensors"))
 
 
+def test_a_second_stage_keeps_the_first_stages_record(tiny_e2e, tmp_path):
+    from foresight.scorer import scorer_sha256
+    from training.e2e import run_e2e
+
+    model, _ = get_model("tiny-llama")
+    run_e2e(_cfg(tiny_e2e, tmp_path / "one", steps=1), model=model)
+    run_e2e(_cfg(tiny_e2e, tmp_path / "two", steps=1, init_scorer=str(tmp_path / "one" / "scorer")), model=model)
+    one = Scorer.from_pretrained(tmp_path / "one" / "scorer").config.provenance
+    two = Scorer.from_pretrained(tmp_path / "two" / "scorer").config.provenance
+    assert "earlier_stages" not in one and one["trainer"] == two["trainer"] == "test"
+    assert one["e2e"]["init_scorer_sha256"] == scorer_sha256(tiny_e2e / "scorer")
+    assert two["e2e"]["init_scorer_sha256"] == scorer_sha256(tmp_path / "one" / "scorer")
+    assert two["earlier_stages"] == [{"stage": "e2e", **one["e2e"]}]  # the first stage's record, whole
+
+
 def test_e2e_trains_and_resume_equals_uninterrupted(tiny_e2e, tmp_path):
     from training.e2e import run_e2e
     from training.logging import read_metrics
