@@ -8,8 +8,8 @@ decode step
 
 * writes its keys, values, logical position and validity into slot ``n`` (a tensor: ``index_copy_``),
 * attends over all ``C`` slots with the mask ``valid & slot <= n`` (the slots past ``n`` are stale),
-* for a policy that observes decode steps all layers at once (``observes_layers``: every built-in policy that reads attention) records
-  every layer's post-RoPE query into a fixed (L, batch, Hq, Q, d) buffer.
+* for a policy that observes decode steps all layers at once (``observes_layers``: every built-in policy that reads
+  attention) records every layer's post-RoPE query into a fixed (L, batch, Hq, Q, d) buffer.
 
 The slot number is the entry's index in the budgeted cache, so between two events the static buffers hold exactly
 the entries the eager cache holds. When the cache holds ``B + W`` entries the eviction event runs eagerly, outside

@@ -460,7 +460,8 @@ def test_the_card_shows_stage_records_as_nested_bullets():
     read as nested bullets on the card, trace lists as their length, not as one line of JSON."""
     from evaluation.model_card import _provenance_lines
 
-    stage = {"init_scorer": "a/scorer", "train_traces": [f"t{i}" for i in range(20)], "config": {"steps": 4, "lr": 0.01}}
+    stage = {"init_scorer": "a/scorer", "train_traces": [f"t{i}" for i in range(20)],
+             "config": {"steps": 4, "lr": 0.01}}
     lines = _provenance_lines("e2e", {**stage, "init_scorer": "b/scorer"})
     lines += _provenance_lines("earlier_stages", [{"stage": "e2e", **stage}])
     lines += _provenance_lines("trainer", "sl") + _provenance_lines("empty", {})
