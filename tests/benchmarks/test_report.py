@@ -1,0 +1,28 @@
+"""benchmarks/report.py: the by-length groups of the half- and quarter-memory comparison."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.conftest import load_script
+
+
+def test_by_length_groups_and_pools_as_by_hand():
+    by_length = load_script("report.py").by_length
+    rng = random.Random(0)
+    ids = [f"t{i}" for i in range(10)]
+    positions = {t: rng.randint(5, 400) for t in ids}
+    small = {t: [rng.uniform(1, 9), rng.uniform(1, 5), positions[t]] for t in ids}
+    large = {t: [rng.uniform(1, 9), small[t][1], positions[t]] for t in ids}
+    groups = by_length(small, large, ids)
+    order = sorted(ids, key=lambda t: (positions[t], t))
+    expect = [order[:3], order[3:6], order[6:]]  # the last group takes the remainder
+    assert [g["traces"] for g in groups] == [3, 3, 4]
+    for g, members in zip(groups, expect):
+        assert g["positions"] == (positions[members[0]], positions[members[-1]])
+        full = sum(small[t][1] for t in members)
+        assert g["small"] == pytest.approx(sum(small[t][0] for t in members) / full)
+        assert g["large"] == pytest.approx(sum(large[t][0] for t in members) / full)
+        assert g["wins"] == sum(small[t][0] < large[t][0] for t in members)  # same full-cache CE per trace
