@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import torch
-
 from tqdm.auto import tqdm
 
 from foresight.atomic import atomic_write_text
