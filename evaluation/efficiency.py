@@ -4,7 +4,7 @@ All policies (and the full cache, always included) generate exactly ``new_tokens
 (``stop_on_eos=False``) in one process, side by side: each repeat runs every policy once, in an order rotated
 from repeat to repeat, so slow drifts of a shared machine hit all policies alike. The reported speed is the
 median over repeats of ``new_tokens / wall time of generate`` (prefill of the short prompt included).
-Time spent inside the policy's hooks (``observe``/``observe_layers``/``score``/``select``/``on_evict``; for
+Time spent inside the policy's hooks (``observe``, ``score``, ``select``, ``on_evict`` and their all-layers forms; for
 ``learned`` this is feature extraction plus the scorer) is measured separately as ``policy_seconds``.
 """
 
@@ -36,7 +36,7 @@ DEFAULT_PROMPT = "Natalia sold clips to 48 of her friends in April, and then she
                  "How many clips did Natalia sell altogether in April and May?"
 #: ``bench --compile``: the eager cache, the static cache's compiled decode step, or both side by side.
 COMPILE_CHOICES = ("no", "yes", "both")
-_HOOKS = ("observe", "observe_layers", "score", "select", "on_evict")
+_HOOKS = ("observe", "observe_layers", "score", "score_layers", "select", "on_evict", "on_evict_layers")
 
 
 def _sync(device: torch.device) -> None:

@@ -37,7 +37,11 @@ from foresight.models import base_model_of, check_supported, model_fingerprint, 
 from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
-from foresight.views import EvictView, StepView, attention_probs, chunk_causal
+from foresight.views import EvictLayersView, EvictView, StepView, attention_probs, chunk_causal
+
+#: At an event where every layer evicts together, a policy that scores all layers at once (``scores_layers``) gets
+#: them in chunks holding at most this many bytes of keys and values (its features take a few times that).
+EVENT_BYTES = 256 * 2**20
 
 
 class BudgetedCache(Cache):
@@ -126,6 +130,7 @@ class BudgetedCache(Cache):
         self._routed: list = []
         self.observer = Observer(policy, self.shared)  # hands queries to the policy (decode steps held)
         self.span: Span | None = None  # the next forward's layer-major span (foresight.layer_major)
+        self.event_bytes = EVENT_BYTES  # keys + values of the layers a scores_layers policy scores at once
 
     # -- the schedule -------------------------------------------------------------------------------------------
     @property
@@ -203,8 +208,12 @@ class BudgetedCache(Cache):
         n = self.length
         if not self._evicts(n, target, protected_newest):
             return
-        for layer_idx in range(len(self.layers)):
-            self._evict_layer(layer_idx, target, protected_newest)
+        if self.policy.scores_layers:
+            for layers in self._layer_chunks():
+                self._evict_layers(layers, target, protected_newest)
+        else:
+            for layer_idx in range(len(self.layers)):
+                self._evict_layer(layer_idx, target, protected_newest)
         self.events += 1
         self._count_evicted(n, target)
         self._end_event()
@@ -229,6 +238,43 @@ class BudgetedCache(Cache):
         layer.gather(keep)
         with torch.no_grad():
             self.policy.on_evict(layer_idx, keep)
+        self._shared_mask = None
+
+    def _layer_chunks(self) -> list[range]:
+        """Consecutive layers scored at once (:meth:`_evict_layers`): as many as hold at most
+        :attr:`event_bytes` of keys and values, at least one."""
+        keys, values = self.layers[0].keys, self.layers[0].values  # (batch, Hkv, n, d) each
+        per_layer = keys.numel() * keys.element_size() + values.numel() * values.element_size()
+        size = max(1, self.event_bytes // max(per_layer, 1))
+        return [range(i, min(i + size, len(self.layers))) for i in range(0, len(self.layers), size)]
+
+    def _evict_layers(self, layers: range, target: int, protected_newest: int) -> None:
+        """Evict the layers ``layers`` at once (a policy with ``scores_layers``): one :class:`EvictLayersView` of
+        their stacked entries, one ``score_layers``, ``select`` over the stacked scores, one ``on_evict_layers``;
+        the same kept entries as :meth:`_evict_layer` on each layer."""
+        chosen, shared = [self.layers[i] for i in layers], self.shared
+        n = chosen[0].get_seq_length()
+        stacked = shared.holds(layers)
+        if stacked:  # views of the shared buffers (no copy)
+            tensors = [t[layers.start : layers.stop] for t in (shared.keys(n), shared.values(n), shared.positions(n),
+                                                              shared.valid(n))]
+        else:  # plain per-layer tensors (a step with gradients)
+            tensors = [torch.stack([getattr(layer, name) for layer in chosen])
+                       for name in ("keys", "values", "positions", "valid")]
+        keys, values, positions, valid = tensors
+        n_cand, n_keep = n - protected_newest, target - protected_newest
+        view = EvictLayersView(layers=layers, keys=keys, values=values, positions=positions, valid=valid,
+                               num_candidates=n_cand, num_keep=n_keep, event=self.events, step=self.step,
+                               rope=self.rope)
+        with torch.no_grad():
+            keep = self._kept(view, self.policy.score_layers(view), positions, valid, n)
+        if stacked:
+            shared.gather(layers, keep)
+        else:
+            for i, layer in enumerate(chosen):
+                layer.gather(keep[i])
+        with torch.no_grad():
+            self.policy.on_evict_layers(layers, keep)
         self._shared_mask = None
 
     def _count_evicted(self, n: int, target: int) -> None:
@@ -300,15 +346,20 @@ class BudgetedCache(Cache):
             step=self.step,
             rope=self.rope,
         )
-        scores = self.policy.score(view).float()
-        scores = scores.masked_fill(~layer.valid[..., :n_cand], float("-inf"))
-        protected = layer.positions[..., :n_cand] < self.config.sinks
+        return self._kept(view, self.policy.score(view), layer.positions, layer.valid, n)
+
+    def _kept(self, view, scores: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
+        """The entries kept (..., batch, Hkv, num_keep + newest), in cache order, given the policy's ``scores`` of the
+        candidates: padding goes first, sinks and the protected prompt stay, the policy selects among the rest."""
+        n_cand = view.num_candidates
+        scores = scores.float().masked_fill(~valid[..., :n_cand], float("-inf"))
+        protected = positions[..., :n_cand] < self.config.sinks
         if self.protect_len is not None:
-            protected = protected | (layer.positions[..., :n_cand] < self.protect_len[:, None, None])
-        scores = scores.masked_fill(protected & layer.valid[..., :n_cand], float("inf"))
-        keep = self.policy.select(scores, n_keep, view)
+            protected = protected | (positions[..., :n_cand] < self.protect_len[:, None, None])
+        scores = scores.masked_fill(protected & valid[..., :n_cand], float("inf"))
+        keep = self.policy.select(scores, view.num_keep, view)
         keep = keep.sort(dim=-1).values
-        newest = torch.arange(n_cand, n, device=keep.device).expand(*keep.shape[:2], -1)
+        newest = torch.arange(n_cand, n, device=keep.device).expand(*keep.shape[:-1], -1)
         return torch.cat([keep, newest], dim=-1)
 
     # -- called by transformers' attention modules ----------------------------------------------------------------

@@ -43,7 +43,7 @@ from foresight.feature_groups import (
     feature_dim,
 )
 from foresight.recurrence import activate
-from foresight.views import EvictView, LayersView, StepView
+from foresight.views import EvictLayersView, EvictView, LayersView, StepView
 
 
 @dataclass
@@ -241,7 +241,20 @@ class FeatureExtractor:
         event) into the cumulative and decayed sums and restarts it (over all entries, candidates and
         protected ones).
         """
-        st = self._layers[view.layer_idx]
+        return self._features(view, self._layers[view.layer_idx])
+
+    def features_layers(self, view: EvictLayersView) -> torch.Tensor:
+        """:meth:`features` of the layers ``view.layers`` at one event, (L, batch, Hkv, C, D): the same groups run
+        once over the layers folded into the batch (:meth:`EvictLayersView.folded`), so the columns equal each
+        layer's own; layers out of step with each other (a layer-major span) are taken one by one."""
+        folded = self._folded(view.layers)
+        if folded is None:
+            return torch.stack([self.features(view.layer(i)) for i in range(view.num_layers)])
+        feats = self._features(view.folded(), folded)
+        self._unfold(view.layers, folded)
+        return feats.unflatten(0, (view.num_layers, -1))
+
+    def _features(self, view: EvictView, st: LayerState) -> torch.Tensor:
         if self.needs_attention and st.run is not None:
             run = st.run[..., : st.n]
             if st.cum is None:
@@ -257,7 +270,20 @@ class FeatureExtractor:
 
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """Keep the per-entry state of entries ``keep`` (batch, Hkv, k), as the cache just did."""
-        st = self._layers[layer_idx]
+        self._on_evict(self._layers[layer_idx], keep)
+
+    def on_evict_layers(self, layers: range, keep: torch.Tensor) -> None:
+        """:meth:`on_evict` of the layers ``layers`` at once, ``keep`` (L, batch, Hkv, k)."""
+        folded = self._folded(layers)
+        if folded is None:
+            for i, layer_idx in enumerate(layers):
+                self.on_evict(layer_idx, keep[i])
+            return
+        self._on_evict(folded, keep.flatten(0, 1))
+        self._unfold(layers, folded)
+
+    @staticmethod
+    def _on_evict(st: LayerState, keep: torch.Tensor) -> None:
         if st.rows is None:
             return
         b, h, k = keep.shape
@@ -276,6 +302,39 @@ class FeatureExtractor:
         if st.cum is not None:
             st.cum, st.dec = st.cum.gather(-1, idx), st.dec.gather(-1, idx)
 
+    # -- layers folded into the batch -----------------------------------------------------------------------------
+    def _folded(self, layers: range) -> LayerState | None:
+        """One :class:`LayerState` of the layers ``layers`` folded into the batch: views of the stacked storage
+        (written in place through them) and the layers' ``cum``/``dec`` stacked; None unless every layer is in the
+        same state of observation (same entries, queries and events), as at a decode step's event."""
+        states = [self._layers[i] for i in layers]
+        first = states[0]
+        shape = None if first.cum is None else first.cum.shape
+        if any((st.n, st.head, st.filled, None if st.cum is None else st.cum.shape) != (first.n, first.head,
+               first.filled, shape) for st in states):
+            return None
+
+        def fold(t):
+            return None if t is None else t[layers.start : layers.stop].flatten(0, 1)
+
+        def stack(name):
+            return None if shape is None else torch.stack([getattr(st, name) for st in states]).flatten(0, 1)
+
+        return LayerState(rows=fold(self._rows), run=fold(self._run), n=first.n, head=first.head,
+                          filled=first.filled, cum=stack("cum"), dec=stack("dec"), seen=fold(self._seen),
+                          queries=fold(self._queries), query_pos=fold(self._query_pos),
+                          query_ok=fold(self._query_ok), mri=fold(self._mri))
+
+    def _unfold(self, layers: range, folded: LayerState) -> None:
+        """Hand what :meth:`_features`/:meth:`_on_evict` replaced in ``folded`` back to each layer's state."""
+        num = len(layers)
+        cum = None if folded.cum is None else folded.cum.unflatten(0, (num, -1))
+        dec = None if folded.dec is None else folded.dec.unflatten(0, (num, -1))
+        for i, layer_idx in enumerate(layers):
+            st = self._layers[layer_idx]
+            st.n = folded.n
+            if cum is not None:
+                st.cum, st.dec = cum[i], dec[i]
 
 __all__ = [
     "DEFAULT_FEATURE_SET",

@@ -65,6 +65,24 @@ class SharedBuffers:
     def valid(self, n: int) -> torch.Tensor:
         return self.tensors[3][:, :, :, :n]
 
+    def holds(self, layers: range) -> bool:
+        """True when the layers ``layers`` are all views of these buffers, recording no gradients (so their
+        tensors stack for free and :meth:`gather` may write them in place)."""
+        chosen = [self.layers[i] for i in layers]
+        return self.tensors is not None and all(layer._buffers is not None and not layer._tracks_grad()
+                                                for layer in chosen)
+
+    def gather(self, layers: range, keep: torch.Tensor) -> None:
+        """:meth:`BudgetedLayer.gather` of the layers ``layers`` at once (they :meth:`holds`), ``keep`` (L, batch,
+        Hkv, k): one gather per buffer instead of four per layer."""
+        n, k = self.layers[layers.start].get_seq_length(), keep.shape[-1]
+        for buf in self.tensors:
+            part = buf[layers.start : layers.stop, :, :, :n]
+            idx = keep if part.dim() == 4 else keep[..., None].expand(*keep.shape, part.shape[-1])
+            part[:, :, :, :k] = part.gather(3, idx)
+        for i in layers:
+            self.layers[i]._expose(k)
+
 
 class BudgetedLayer(DynamicLayer):
     """One layer's keys/values with per-entry logical positions and validity, shape (batch, Hkv, n).

@@ -214,7 +214,8 @@ class Scorer(nn.Module):
     """Per-(layer, KV head) MLP ranking cache entries; see the module docstring.
 
     ``scorer(x, layer_idx)`` maps (..., Hkv, n, D) features of one layer to (..., Hkv, n) keep scores;
-    ``scorer(x)`` maps (L, ..., Hkv, n, D) features of all layers to (L, ..., Hkv, n).
+    ``scorer(x)`` maps (L, ..., Hkv, n, D) features of all layers to (L, ..., Hkv, n), and ``scorer(x, layers)``
+    with a slice those of the layers it picks.
     """
 
     def __init__(self, config: ScorerConfig, seed: int | None = 0):
@@ -236,19 +237,22 @@ class Scorer(nn.Module):
             b = 1.0 / math.sqrt(H)
             self.w2.copy_(torch.rand(L, K, H, generator=gen) * 2 * b - b)
 
-    def forward(self, x: torch.Tensor, layer_idx: int | None = None) -> torch.Tensor:
-        if layer_idx is not None:
+    def forward(self, x: torch.Tensor, layer_idx: int | slice | None = None) -> torch.Tensor:
+        if isinstance(layer_idx, int):
             w1, b1, w2, b2 = self.w1[layer_idx], self.b1[layer_idx], self.w2[layer_idx], self.b2[layer_idx]
             mean, std = self.feature_mean[layer_idx], self.feature_std[layer_idx]
             x = (x.to(w1.dtype) - mean[:, None, :]) / std[:, None, :]
             h = F.gelu(torch.einsum("...knd,kdh->...knh", x, w1) + b1[:, None, :])
             return torch.einsum("...knh,kh->...kn", h, w2) + b2[:, None]
+        layers = slice(None) if layer_idx is None else layer_idx
+        w1, b1, w2, b2 = self.w1[layers], self.b1[layers], self.w2[layers], self.b2[layers]
+        mean, std = self.feature_mean[layers], self.feature_std[layers]
         lead = x.shape[1:-3]
         L, K, n, D = x.shape[0], x.shape[-3], x.shape[-2], x.shape[-1]
-        x = x.reshape(L, -1, K, n, D).to(self.w1.dtype)
-        x = (x - self.feature_mean[:, None, :, None, :]) / self.feature_std[:, None, :, None, :]
-        h = F.gelu(torch.einsum("lbknd,lkdh->lbknh", x, self.w1) + self.b1[:, None, :, None, :])
-        out = torch.einsum("lbknh,lkh->lbkn", h, self.w2) + self.b2[:, None, :, None]
+        x = x.reshape(L, -1, K, n, D).to(w1.dtype)
+        x = (x - mean[:, None, :, None, :]) / std[:, None, :, None, :]
+        h = F.gelu(torch.einsum("lbknd,lkdh->lbknh", x, w1) + b1[:, None, :, None, :])
+        out = torch.einsum("lbknh,lkh->lbkn", h, w2) + b2[:, None, :, None]
         return out.reshape(L, *lead, K, n)
 
     # -- normalisation ----------------------------------------------------------------------------------------

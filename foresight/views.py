@@ -178,7 +178,7 @@ class EvictView:
     @property
     def num_protected(self) -> int:
         """The newest entries that are not candidates (the interval ``W`` at a regular event)."""
-        return self.keys.shape[2] - self.num_candidates
+        return self.keys.shape[-2] - self.num_candidates
 
     def prerope_keys(self, c: int) -> torch.Tensor:
         """The first ``c`` entries' keys with RoPE undone (:func:`unrotate_keys`), (batch, Hkv, c, d) fp32."""
@@ -187,3 +187,53 @@ class EvictView:
                              "built from a model with static RoPE frequencies, not BudgetedCache.from_shape)")
         inv_freq, scaling = self.rope
         return unrotate_keys(self.keys[..., :c, :], self.positions[..., :c], inv_freq, scaling)
+
+
+
+@dataclass
+class EvictLayersView:
+    """What a policy sees of consecutive layers ``layers`` at one eviction event, all at once (``score_layers``).
+
+    At an event of a decode step or a piecewise replay every layer holds the same number of entries and evicts
+    together, so their tensors stack: ``keys``/``values`` (L, batch, Hkv, n, d), ``positions``/``valid`` (L, batch,
+    Hkv, n), with ``L = len(layers)``; the other fields are :class:`EvictView`'s. :meth:`folded` is the same event
+    with the layers folded into the batch, (L * batch, Hkv, n[, d]): a computation written for one layer's
+    :class:`EvictView` that treats rows independently runs on it unchanged, once for every layer.
+    """
+
+    layers: range
+    keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    num_candidates: int
+    num_keep: int
+    event: int
+    step: int
+    rope: tuple[torch.Tensor, float] | None = None
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def candidate_positions(self) -> torch.Tensor:
+        return self.positions[..., : self.num_candidates]
+
+    @property
+    def num_protected(self) -> int:
+        """The newest entries that are not candidates."""
+        return self.keys.shape[-2] - self.num_candidates
+
+    def folded(self) -> EvictView:
+        """The event's layers folded into the batch (``layer_idx`` -1: no single layer)."""
+        return EvictView(layer_idx=-1, keys=self.keys.flatten(0, 1), values=self.values.flatten(0, 1),
+                         positions=self.positions.flatten(0, 1), valid=self.valid.flatten(0, 1),
+                         num_candidates=self.num_candidates, num_keep=self.num_keep, event=self.event, step=self.step,
+                         rope=self.rope)
+
+    def layer(self, i: int) -> EvictView:
+        """The :class:`EvictView` of the ``i``-th of these layers (model layer ``layers[i]``)."""
+        return EvictView(layer_idx=self.layers[i], keys=self.keys[i], values=self.values[i],
+                         positions=self.positions[i], valid=self.valid[i], num_candidates=self.num_candidates,
+                         num_keep=self.num_keep, event=self.event, step=self.step, rope=self.rope)

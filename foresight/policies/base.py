@@ -11,6 +11,11 @@ A policy is a dataclass (its fields are its validated hyperparameters) with up t
 * :meth:`EvictionPolicy.on_evict` after the runtime gathered the kept entries, so per-entry state stays
   aligned with the cache. :class:`EntryState` does that bookkeeping for the common case.
 
+A policy that sets ``scores_layers = True`` is asked once for all layers at an event where every layer evicts
+together (a decode step's, a piecewise replay's): :meth:`EvictionPolicy.score_layers` scores them, ``select`` picks
+among the stacked scores and :meth:`EvictionPolicy.on_evict_layers` follows, one batched pass instead of one per
+layer; the result must equal ``score``, ``select`` and ``on_evict`` layer by layer.
+
 The runtime owns the mechanics (candidates, protected newest window, sinks, padding, top-k); policies only rank.
 
 A policy that sets ``per_layer = True`` promises that what it decides at layer ``l`` depends on layer ``l``'s
@@ -29,7 +34,7 @@ import torch
 from foresight.config import MAX_SEED
 from foresight.errors import ForesightError
 from foresight.sampling import top_keep
-from foresight.views import EvictView, LayersView, StepView
+from foresight.views import EvictLayersView, EvictView, LayersView, StepView
 
 
 @dataclass
@@ -42,6 +47,7 @@ class EvictionPolicy:
     evicts: ClassVar[bool] = True
     replay_only: ClassVar[bool] = False
     per_layer: ClassVar[bool] = False  # decides each layer from that layer alone (module docstring)
+    scores_layers: ClassVar[bool] = False  # scores every layer of an event at once (score_layers)
 
     def reset(self, batch_size: int, num_layers: int, device: torch.device, **meta) -> None:
         """Start a new batch of sequences; ``meta`` carries optional per-row context (e.g. trace ids)."""
@@ -67,8 +73,19 @@ class EvictionPolicy:
         older entry on every device (:func:`~foresight.sampling.top_keep`)."""
         return top_keep(scores, num_keep)
 
+    def score_layers(self, view: EvictLayersView) -> torch.Tensor:
+        """Return (L, batch, Hkv, num_candidates) scores of the layers ``view.layers`` at once (only called when
+        ``scores_layers`` is True); they must equal :meth:`score` on each ``view.layer(i)``."""
+        raise NotImplementedError
+
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """The layer now holds entries ``keep`` (batch, Hkv, k) of its previous content, in that order."""
+
+    def on_evict_layers(self, layers: range, keep: torch.Tensor) -> None:
+        """The layers ``layers`` now hold entries ``keep`` (L, batch, Hkv, k) (after :meth:`score_layers`); this
+        default calls :meth:`on_evict` layer by layer."""
+        for i, layer_idx in enumerate(layers):
+            self.on_evict(layer_idx, keep[i])
 
     def end_event(self) -> None:
         """Every layer has been evicted at an event (after a layer-major span: at all of the span's events). The one

@@ -18,7 +18,7 @@ from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
 from foresight.scorer import SELECTIONS, Scorer
-from foresight.views import EvictView, LayersView, StepView
+from foresight.views import EvictLayersView, EvictView, LayersView, StepView
 
 
 @register_policy
@@ -199,6 +199,12 @@ class LearnedPolicy(EvictionPolicy):
     def observe_layers(self, view: LayersView) -> None:
         self._extractor.observe_layers(view)
 
+    @property
+    def scores_layers(self) -> bool:
+        """Every layer of an event at once under ``topk`` (``sample`` draws from one generator per layer) when no
+        ``on_features`` callback waits for one layer's features."""
+        return self.applied_selection == "topk" and self.on_features is None
+
     @torch.no_grad()
     def score(self, view: EvictView) -> torch.Tensor:
         if view.layer_idx == 0:
@@ -207,9 +213,24 @@ class LearnedPolicy(EvictionPolicy):
         if self.on_features is not None:
             self.on_features(view, feats)
         scores = self._scorer(feats, layer_idx=view.layer_idx)
-        live = view.valid[..., : view.num_candidates]
-        self._finite.append((view.event, view.layer_idx, torch.isfinite(scores).masked_fill(~live, True).all()))
+        self._check_finite(view, range(view.layer_idx, view.layer_idx + 1), scores)
         return self.adjust(view, scores)
+
+    @torch.no_grad()
+    def score_layers(self, view: EvictLayersView) -> torch.Tensor:
+        if view.layers.start == 0:
+            self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[2], None, view.keys.shape[-1])
+        feats = self._extractor.features_layers(view)
+        scores = self._scorer(feats, slice(view.layers.start, view.layers.stop))
+        self._check_finite(view, view.layers, scores)
+        return self.adjust(view, scores)
+
+    def _check_finite(self, view, layers: range, scores: torch.Tensor) -> None:
+        """Note whether the live candidates' ``scores`` of ``layers`` are finite, one flag per layer (read by
+        :meth:`end_event`)."""
+        live = view.valid[..., : view.num_candidates]
+        ok = torch.isfinite(scores).masked_fill(~live, True).reshape(len(layers), -1).all(-1)
+        self._finite.append((view.event, layers, ok))
 
     def adjust(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
         """The scorer's (B, Hkv, C) ``scores`` as this policy ranks them: plus the newcomer bonus, less the age prior
@@ -243,12 +264,17 @@ class LearnedPolicy(EvictionPolicy):
     def on_evict(self, layer_idx, keep):
         self._extractor.on_evict(layer_idx, keep)
 
+    def on_evict_layers(self, layers, keep):
+        self._extractor.on_evict_layers(layers, keep)
+
     def end_event(self):
         """Refuse NaN/Inf scores of the event's layers (one read per event, see :meth:`score`)."""
         checks, self._finite = self._finite, []
         if not checks:
             return
-        for (event, layer, _), ok in zip(checks, torch.stack([c for *_, c in checks]).tolist()):
+        flags = torch.cat([ok for *_, ok in checks]).tolist()
+        noted = [(event, layer) for event, layers, _ in checks for layer in layers]
+        for (event, layer), ok in zip(noted, flags):
             if not ok:
                 raise ForesightError(
                     f"scorer {self._scorer.source or '(in memory)'} produced NaN/Inf scores at event {event}, layer "

@@ -302,9 +302,9 @@ def test_age_prior_subtracts_log_age_and_a_large_one_evicts_the_oldest():
 
     def record(scores, num_keep, view):
         keep = select(scores, num_keep, view)
-        pos = view.candidate_positions[0]
+        pos = view.candidate_positions  # (..., batch, Hkv, C): one layer, or all layers of a decode event
         newest = pos.topk(num_keep, dim=-1).indices.sort(-1).values
-        kept.append(bool((keep[0].sort(-1).values == newest).all()))
+        kept.append(bool((keep.sort(-1).values == newest).all()))
         return keep
 
     big.select = record

@@ -33,15 +33,21 @@ def _scorer(model, seed=0, **config) -> Scorer:
 
 
 def _recording(policy):
-    """``policy`` with its ``on_evict`` recording the kept indices per layer, in order."""
+    """``policy`` with its ``on_evict`` (and ``on_evict_layers``, all layers of an event at once: piecewise replay of
+    ``learned``) recording the kept indices per layer, in order."""
     kept: dict[int, list[torch.Tensor]] = {}
-    on_evict = policy.on_evict
+    on_evict, on_evict_layers = policy.on_evict, policy.on_evict_layers
 
     def record(layer_idx, keep):
         kept.setdefault(layer_idx, []).append(keep.clone())
         on_evict(layer_idx, keep)
 
-    policy.on_evict = record
+    def record_layers(layers, keep):
+        for layer_idx, k in zip(layers, keep):
+            kept.setdefault(layer_idx, []).append(k.clone())
+        on_evict_layers(layers, keep)
+
+    policy.on_evict, policy.on_evict_layers = record, record_layers
     return policy, kept
 
 

@@ -60,6 +60,19 @@ class Recorder:
             observe_layers(view)
 
         policy.score, policy.on_evict, policy.observe_layers = rec_score, rec_evict, rec_layers
+        if policy.scores_layers:  # all layers of an event at once (tests/runtime/test_score_layers.py)
+            score_layers, on_evict_layers = policy.score_layers, policy.on_evict_layers
+
+            def rec_score_layers(view):
+                out = score_layers(view)
+                self.log.extend(out.clone())
+                return out
+
+            def rec_evict_layers(layers, keep):
+                self.log.extend(keep.clone())
+                on_evict_layers(layers, keep)
+
+            policy.score_layers, policy.on_evict_layers = rec_score_layers, rec_evict_layers
 
 
 class Module:
