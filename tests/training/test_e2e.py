@@ -207,6 +207,31 @@ def test_a_second_stage_keeps_the_first_stages_record(tiny_e2e, tmp_path):
     assert two["earlier_stages"] == [{"stage": "e2e", **one["e2e"]}]  # the first stage's record, whole
 
 
+@pytest.mark.parametrize("name", ["smollm2-135m-b64-w16", "smollm2-135m-b128-w32"])
+def test_refining_a_shipped_scorer_keeps_every_stage_it_records(name):
+    """The shipped scorers record their e2e stages as ``add_refinement`` does (the last in ``e2e``, the ones before
+    in ``earlier_stages``), so a user's further stage moves the last one down and loses none."""
+    from dataclasses import dataclass
+
+    from foresight.scorer import scorer_sha256
+    from training.provenance import add_refinement
+
+    @dataclass
+    class Stage:
+        init_scorer: str
+        traces: str = "t"
+
+    cfg = Scorer.from_pretrained(name).config
+    prov = cfg.provenance
+    assert not [k for k in prov if k.startswith(("e2e_", "grpo_")) or k.startswith("refined_from")]
+    stages = [*prov.get("earlier_stages", []), {"stage": "e2e", **prov["e2e"]}]
+    assert all(s["stage"] == "e2e" and len(s["init_scorer_sha256"]) == 64 and s["train_traces"] for s in stages)
+    assert {(s["budget"], s["interval"]) for s in stages} == {(cfg.budget, cfg.interval)}
+    out = add_refinement(prov, "e2e", Stage(name), cfg.budget, cfg.interval, [{"trace_id": "x#0"}], [])
+    assert out["earlier_stages"] == stages
+    assert out["e2e"]["init_scorer_sha256"] == scorer_sha256(name) and out["e2e"]["train_traces"] == ["x#0"]
+
+
 def test_e2e_trains_and_resume_equals_uninterrupted(tiny_e2e, tmp_path):
     from training.e2e import run_e2e
     from training.logging import read_metrics
