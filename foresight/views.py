@@ -149,8 +149,25 @@ class LayersView:
                         _probs=None if self._probs is None else self._probs[i])
 
 
+class _EventEntries:
+    """What both event views derive from their fields: the candidates' positions and the protected newest entries."""
+
+    positions: torch.Tensor
+    keys: torch.Tensor
+    num_candidates: int
+
+    @property
+    def candidate_positions(self) -> torch.Tensor:
+        return self.positions[..., : self.num_candidates]
+
+    @property
+    def num_protected(self) -> int:
+        """The newest entries that are not candidates (the interval ``W`` at a regular event)."""
+        return self.keys.shape[-2] - self.num_candidates
+
+
 @dataclass
-class EvictView:
+class EvictView(_EventEntries):
     """What a policy sees of one layer at an eviction event.
 
     The candidates are the first ``num_candidates`` entries (everything but the newest ``interval``); the
@@ -171,15 +188,6 @@ class EvictView:
     step: int
     rope: tuple[torch.Tensor, float] | None = None
 
-    @property
-    def candidate_positions(self) -> torch.Tensor:
-        return self.positions[..., : self.num_candidates]
-
-    @property
-    def num_protected(self) -> int:
-        """The newest entries that are not candidates (the interval ``W`` at a regular event)."""
-        return self.keys.shape[-2] - self.num_candidates
-
     def prerope_keys(self, c: int) -> torch.Tensor:
         """The first ``c`` entries' keys with RoPE undone (:func:`unrotate_keys`), (batch, Hkv, c, d) fp32."""
         if self.rope is None:
@@ -189,9 +197,8 @@ class EvictView:
         return unrotate_keys(self.keys[..., :c, :], self.positions[..., :c], inv_freq, scaling)
 
 
-
 @dataclass
-class EvictLayersView:
+class EvictLayersView(_EventEntries):
     """What a policy sees of consecutive layers ``layers`` at one eviction event, all at once (``score_layers``).
 
     At an event of a decode step or a piecewise replay every layer holds the same number of entries and evicts
@@ -215,15 +222,6 @@ class EvictLayersView:
     @property
     def num_layers(self) -> int:
         return len(self.layers)
-
-    @property
-    def candidate_positions(self) -> torch.Tensor:
-        return self.positions[..., : self.num_candidates]
-
-    @property
-    def num_protected(self) -> int:
-        """The newest entries that are not candidates."""
-        return self.keys.shape[-2] - self.num_candidates
 
     def folded(self) -> EvictView:
         """The event's layers folded into the batch (``layer_idx`` -1: no single layer)."""
