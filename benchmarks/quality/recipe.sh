@@ -17,6 +17,9 @@
 #
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
 # fit, before any work) and takes 25-50 min on this machine; the three rounds are most of the wall clock.
+# Measured at B=64 with HELDOUT=48 from an empty runs/ (2-core CPU, alone, commit d6d8a92): split and held-out
+# traces 4 min, the 336 training traces 23 min, golden labels 5 min; SL + DAgger had run 43 min, in its third
+# training, when the run was stopped at 75 min (the whole recipe takes longer than that).
 #
 # Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
 # one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
