@@ -17,7 +17,7 @@ import foresight
 from foresight.errors import ForesightError
 from tests.conftest import run_in_progress
 from training.loop import StepSampler, TrainerConfig, lr_lambda
-from training.ranking import evict_overlap, pairwise_hinge_loss, ranking_metrics
+from training.ranking import evict_overlap, pairwise_hinge_loss, ranking_metrics, row_auc
 from training.sl_config import SLConfig
 
 B, W = 16, 4
@@ -143,6 +143,28 @@ def test_evict_overlap_and_auc_brute_force():
     assert perfect["overlap"] == 1.0 and perfect["auc"] == 1.0
     inverted = ranking_metrics(evicted.float(), evicted)
     assert inverted["overlap"] == 0.0 and inverted["auc"] == 0.0
+
+
+def test_row_auc_equals_sklearn_per_row_ties_and_one_class_rows_included():
+    from sklearn.metrics import roc_auc_score
+    g = torch.Generator().manual_seed(1)
+    scores = torch.randint(0, 6, (40, 15), generator=g).float()  # few distinct values: many ties
+    scores[:20] = torch.randn(20, 15, generator=g)
+    evicted = torch.rand(40, 15, generator=g) < 0.3
+    evicted[3], evicted[4] = False, True  # one class only: no AUC
+    got = row_auc(scores, evicted)
+    for r in range(40):
+        y = evicted[r].numpy()
+        if 0 < y.sum() < 15:
+            assert got[r].item() == pytest.approx(roc_auc_score(y, -scores[r].numpy()), abs=1e-12)
+        else:
+            assert got[r].isnan()
+    sampled = ranking_metrics(scores, evicted, max_rows=25, seed=3)
+    rows = torch.randperm(40, generator=torch.Generator().manual_seed(3))[:25].tolist()
+    want = [roc_auc_score(evicted[r].numpy(), -scores[r].numpy()) for r in rows if 0 < evicted[r].sum() < 15]
+    assert sampled["auc"] == pytest.approx(sum(want) / len(want), abs=1e-12)
+    with pytest.raises(ValueError, match="NaN"):
+        row_auc(torch.full((2, 3), float("nan")), evicted[:2, :3])
 
 
 def test_sampler_is_a_function_of_step_and_shards_across_ranks():
