@@ -91,3 +91,22 @@ def test_a_bad_port_is_one_line(port):
     out = subprocess.run([sys.executable, "-m", "foresight", "launch", "--master-port", port, "policies"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "--master-port" in out.stderr
+
+
+def test_a_signal_to_the_launcher_is_one_line_and_128_plus_its_number(monkeypatch, capsys):
+    import signal
+
+    import torch.distributed.run
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from foresight.cli.commands.launch import run
+
+    def stopped(_args):
+        raise SignalException("Process 1 got signal: 15", sigval=signal.SIGTERM)
+
+    monkeypatch.setattr(torch.distributed.run, "run", stopped)
+    code = run(SimpleNamespace(argv=["policies"], nproc_per_node=2, master_port=_free_port(), verbose=False))
+    assert code == 143
+    assert capsys.readouterr().err.splitlines() == [
+        "foresight launch: interrupted by SIGTERM; the ranks were stopped (a resumable command continues with "
+        "--resume)"]

@@ -5,7 +5,9 @@ Under a bare ``torchrun -m foresight ...`` a refused input prints one line per r
 (a ``ChildFailedError`` traceback, exit status 1). Here the launched command's usage is checked before any process
 starts; each rank prints its error line and records it in a private directory (``FORESIGHT_ERROR_DIR``; see
 :func:`foresight.cli.report`: a line several ranks meet is printed by the first only), and the launcher exits with
-the status of the first rank to fail: 2 when it refused its input, else 1. torchrun's launch options:
+the status of the first rank to fail: 2 when it refused its input, else 1. A launcher stopped by a signal (SIGTERM from
+``timeout`` or a scheduler, SIGINT) says so in one line and exits 128 + the signal's number, as a shell does; a
+resumable command continues with ``--resume``. torchrun's launch options:
 https://pytorch.org/docs/stable/elastic/run.html; for several nodes use torchrun or DeepSpeed's launcher directly.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +55,7 @@ def run(args) -> int:
     code = parse_command(argv)  # a usage error of the launched command: one line, before any process starts
     if code is not None:
         return code
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import get_args_parser
     from torch.distributed.run import run as elastic_run
@@ -70,6 +74,11 @@ def run(args) -> int:
             return 0
         except ChildFailedError as exc:
             return _report_failure(exc, Path(tmp))
+        except SignalException as exc:  # torchrun stopped its ranks before re-raising the signal as this
+            sig = signal.Signals(exc.sigval)
+            print(f"foresight launch: interrupted by {sig.name}; the ranks were stopped (a resumable command "
+                  "continues with --resume)", file=sys.stderr)
+            return 128 + int(sig)
         finally:
             if before is None:
                 os.environ.pop(ERROR_DIR, None)
