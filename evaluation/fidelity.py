@@ -177,7 +177,9 @@ def evaluate_fidelity(
     on_skip: Callable[[str, int, str], None] | None = None,
     journal: str | Path | None = None,
     score_from: int = 0,
-) -> list[dict]:
+    rank: int = 0,
+    world_size: int = 1,
+) -> list[dict] | None:
     """Replay ``sequences`` under every policy and budget and compare with the full cache.
 
     Parameters
@@ -203,15 +205,21 @@ def evaluate_fidelity(
         A JSON-lines file (:mod:`evaluation.fidelity_journal`) that every finished batch is appended to: rerun
         after a crash with the same file and the same inputs, the evaluation resumes where it stopped and returns
         what an uninterrupted run returns; a journal of other inputs is refused. The caller deletes it once the
-        results are written.
+        results are written (:func:`~evaluation.fidelity_journal.remove_journal`).
+    rank, world_size
+        Shard the batches over processes (``journal`` required): this rank replays the batches ``k`` with
+        ``k % world_size == rank`` that no rank's journal file holds yet, and returns ``None`` while a batch of
+        another rank is missing. Once every rank is done, a run in one process (or any rank) replays nothing and
+        returns what an unsharded run returns, exactly (the same sums, added in batch order).
     score_from
         Score positions ``>= max(B + W, score_from)`` only. Budgets compared with each other need the same scored
         positions: ``score_from`` = the largest ``B + W`` puts every budget on the positions the largest scores.
 
     Returns
     -------
-    list of dict
-        One record per (policy, budget) with the fields of :data:`FIELDS` plus ``ce``, ``ce_full``,
+    list of dict, or None
+        ``None`` only for a rank whose shard is done while another's is not. Otherwise one record per (policy,
+        budget) with the fields of :data:`FIELDS` plus ``ce``, ``ce_full``,
         ``delta_ce_se`` (standard error of the pooled ΔCE over traces, :func:`pooled_delta_se`), ``traces``, ``per_trace_ratio``
         (``{trace_id: loss ratio of that trace}``), ``mean_trace_ratio`` (their mean), ``mean_trace_len``,
         ``budget_frac`` (budget / mean trace length) and the policy's hyperparameters ``policy_config``.
@@ -222,6 +230,10 @@ def evaluate_fidelity(
         raise ForesightError("no budgets given")
     if score_from < 0:
         raise ForesightError(f"score_from {score_from}: must be >= 0")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ForesightError(f"rank {rank} of world size {world_size}: need 0 <= rank < world size")
+    if world_size > 1 and journal is None:
+        raise ForesightError("a sharded evaluation (world size > 1) needs a journal: the ranks meet in its files")
     for b in budgets:
         try:
             CacheConfig(int(b), interval, sinks)
@@ -267,12 +279,17 @@ def evaluate_fidelity(
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
             "batch_size": batch_size, "ref_dtype": str(ref_dtype), "score_from": score_from,
             **weights_dtype(model),  # the fingerprint names the model, not its precision
-            "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]})
+            "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]},
+            rank, world_size)
     device = model.device
     pad = 0
 
-    outer = tqdm(total=len(sequences), desc="fidelity", disable=not progress)
-    for s0, s1 in _batches(len(sequences), batch_size):
+    shown = sum(s1 - s0 for k, (s0, s1) in enumerate(_batches(len(sequences), batch_size))
+                if k % world_size == rank or (jr is not None and s0 in jr.done))  # this rank's and those done
+    outer = tqdm(total=shown, desc="fidelity" if world_size == 1 else f"fidelity[rank {rank}/{world_size}]",
+                 disable=not progress)
+    others = []  # batches of other ranks, not journalled yet
+    for k, (s0, s1) in enumerate(_batches(len(sequences), batch_size)):
         if jr is not None and s0 in jr.done:  # finished before a crash: the same sums, in the same order
             _check_batch(jr.done[s0], all_ids[s0:s1], plan, journal)
             _add_batch(acc, jr.done[s0])
@@ -283,6 +300,9 @@ def evaluate_fidelity(
         n = max(len(s) for s in seqs)
         if n - 1 <= lo:
             outer.update(len(seqs))  # too short to reach the first event: no position to score
+            continue
+        if k % world_size != rank:
+            others.append(s0)
             continue
         pos = torch.arange(n - 1, device=device)
         row_len = torch.tensor([len(s) for s in seqs], device=device)
@@ -314,6 +334,14 @@ def evaluate_fidelity(
             jr.add(batch)
         outer.update(len(seqs))
     outer.close()
+    if others:  # another rank's batches, finished meanwhile, are read now; still missing: not this rank's to sum
+        jr = FidelityJournal(journal, jr.identity, rank, world_size)
+        if any(s0 not in jr.done for s0 in others):
+            return None
+        return evaluate_fidelity(model, sequences, policies, budgets, interval, trace_ids=trace_ids,
+                                 policy_factory=policy_factory, policy_kwargs=policy_kwargs, sinks=sinks,
+                                 batch_size=batch_size, ref_dtype=ref_dtype, journal=journal, score_from=score_from,
+                                 rank=rank, world_size=world_size)  # every batch journalled: sums in batch order
 
     records = []
     for name, b, pol in plan:

@@ -10,10 +10,15 @@ is dropped and that batch is replayed; a record that is not its batch's (other t
 is refused (:func:`evaluation.fidelity.evaluate_fidelity` checks each before reusing it). Every record carries the
 SHA-256 of its own content (:func:`record_checksum`), so a number edited by hand (one trace's sum changed) is
 refused by line, never reported.
+
+Sharded over ranks (``rank``/``world_size``), each rank appends to its own file beside the journal
+(``<stem>.rank<r>of<w><suffix>``, :func:`rank_path`) and reads every rank's file, so an evaluation run again in one
+process (or by any rank) finds the batches the others finished; :func:`remove_journal` deletes them all.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 from pathlib import Path
@@ -64,33 +69,55 @@ def _normal(obj) -> object:
     return json.loads(json.dumps(obj, sort_keys=True, default=str))
 
 
+def rank_path(path: str | Path, rank: int, world_size: int) -> Path:
+    """The file rank ``rank`` of ``world_size`` appends to: ``path`` itself in one process."""
+    path = Path(path)
+    return path if world_size == 1 else path.with_name(f"{path.stem}.rank{rank}of{world_size}{path.suffix}")
+
+
+def journal_files(path: str | Path) -> list[Path]:
+    """The files of the journal at ``path`` on disk: the one-process file and every rank's (:func:`rank_path`)."""
+    path = Path(path)
+    ranks = sorted(path.parent.glob(f"{glob.escape(path.stem)}.rank*of*{glob.escape(path.suffix)}"))
+    return [f for f in [path, *ranks] if f.is_file()]
+
+
+def remove_journal(path: str | Path) -> None:
+    """Delete the journal at ``path``, every rank's file with it (the evaluation's results are written)."""
+    for f in journal_files(path):
+        f.unlink(missing_ok=True)
+
+
 class FidelityJournal:
-    """The journal at ``path`` for the evaluation ``identity`` (a JSON-able dict); ``done`` maps the first trace
-    index of every finished batch to its record."""
+    """The journal at ``path`` for the evaluation ``identity`` (a JSON-able dict), written by ``rank`` of
+    ``world_size``; ``done`` maps the first trace index of every finished batch, of any rank's file, to its record."""
 
-    def __init__(self, path: str | Path, identity: dict):
-        self.path, self.identity = Path(path), _normal(identity)
+    def __init__(self, path: str | Path, identity: dict, rank: int = 0, world_size: int = 1):
+        self.main, self.identity = Path(path), _normal(identity)
+        self.path = rank_path(path, rank, world_size)
         self.done: dict[int, dict] = {}
-        if self.path.exists():
-            self._load()
+        for f in journal_files(self.main):
+            self._load(f, write=f == self.path)
 
-    def _load(self) -> None:
-        lines = self.path.read_text().splitlines()
+    def _load(self, path: Path, write: bool) -> None:
+        """Read ``path``'s finished batches; a last line cut short is dropped (from the file too when it is this
+        rank's own: another rank's file may be growing)."""
+        lines = path.read_text().splitlines()
         try:
             header = json.loads(lines[0]) if lines else None
         except json.JSONDecodeError:
             header = None
         if isinstance(header, dict) and str(header.get("format", "")).startswith("foresight-fidelity-journal/"):
             if header["format"] != FORMAT:
-                raise ForesightError(f"{self.path}: a fidelity journal of another version ({header['format']}, not "
+                raise ForesightError(f"{path}: a fidelity journal of another version ({header['format']}, not "
                                      f"{FORMAT}); delete it to start over")
         else:
-            raise ForesightError(f"{self.path}: not a fidelity journal ({FORMAT}); move it away or choose another "
+            raise ForesightError(f"{path}: not a fidelity journal ({FORMAT}); move it away or choose another "
                                  "output directory")
         theirs = header.get("identity") or {}
         for key in sorted(set(theirs) | set(self.identity)):
             if theirs.get(key) != self.identity.get(key):
-                raise ForesightError(f"{self.path}: the journal of another evaluation ({key} differs); delete it to "
+                raise ForesightError(f"{path}: the journal of another evaluation ({key} differs); delete it to "
                                      "start over, or choose another output directory")
         kept = [lines[0]]
         for i, line in enumerate(lines[1:], 2):
@@ -100,14 +127,14 @@ class FidelityJournal:
                 break  # cut short by a crash: that batch is replayed
             if not (isinstance(rec, dict) and isinstance(rec.get("start"), int) and not isinstance(rec["start"], bool)
                     and isinstance(rec.get("policies"), dict)):
-                raise ForesightError(f"{self.path}: line {i} is not a batch record (a 'start' index and "
+                raise ForesightError(f"{path}: line {i} is not a batch record (a 'start' index and "
                                      "'policies'); delete the journal to start over")
             if rec.get("sha256") != record_checksum(rec):
-                raise ForesightError(f"{self.path}: line {i} was changed since it was written (its SHA-256 differs); "
+                raise ForesightError(f"{path}: line {i} was changed since it was written (its SHA-256 differs); "
                                      "delete the journal to start over")
             self.done[rec["start"]] = rec
             kept.append(line)
-        if len(kept) < len(lines):
+        if write and len(kept) < len(lines):
             self._write("".join(k + "\n" for k in kept), "w")
 
     def _write(self, text: str, mode: str) -> None:
@@ -122,9 +149,6 @@ class FidelityJournal:
         self._write(json.dumps(record) + "\n", "a")
         self.done[int(record["start"])] = record
 
-    def remove(self) -> None:
-        """Delete the journal (the evaluation's results are written)."""
-        self.path.unlink(missing_ok=True)
 
-
-__all__ = ["FORMAT", "FidelityJournal", "policy_digest", "record_checksum", "tokens_digest", "weights_digest"]
+__all__ = ["FORMAT", "FidelityJournal", "journal_files", "policy_digest", "rank_path", "record_checksum",
+           "remove_journal", "tokens_digest", "weights_digest"]

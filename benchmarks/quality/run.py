@@ -14,7 +14,9 @@ intervals (stage vs best heuristic, stage vs previous stage). A learned stage's 
 settings by the B and W recorded in their config; ``--scorer`` may be repeated per stage. Traces are split by
 problem: ``--heldout-ids`` (one problem id per line) keeps only those problems' traces. Every finished batch of
 traces is journalled in ``--out`` (``partial_B{B}_W{W}.jsonl``): rerun the same command after a crash and it
-resumes where it stopped, with the numbers of an uninterrupted run.
+resumes where it stopped, with the numbers of an uninterrupted run. With ``RANK``/``WORLD_SIZE`` set (as
+``recipe.sh`` runs it on two cores), each rank replays its share of the batches into its own journal file; the
+same command run once more in one process replays nothing and writes the results, exactly an unsharded run's.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
+from evaluation.fidelity_journal import journal_files, remove_journal  # noqa: E402
 from evaluation.policies import golden_factory, make_factory  # noqa: E402
 from foresight.cli.args import parse_policy_args  # noqa: E402
 from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
@@ -39,6 +42,7 @@ from foresight.models import load_model, model_fingerprint  # noqa: E402
 from foresight.policies import checked_policy, make_policy  # noqa: E402
 from foresight.schedule import cache_config_arg  # noqa: E402
 from foresight.scorer import Scorer, scorer_sha256  # noqa: E402
+from golden.sharding import rank_world  # noqa: E402
 from golden.traces import load_traces  # noqa: E402
 
 HEURISTICS = ["random", "streaming_llm", "h2o", "tova", "snapkv", "rkv", "keydiff", "lazy", "paged"]
@@ -196,6 +200,7 @@ def main(argv=None) -> int:
             labels_for[b, w](b)
         except ForesightError as exc:
             raise ForesightError(f"--setting {b}:{w}: {exc}") from None
+    rank, world = rank_world()  # a launcher's environment: this rank replays its share of the batches
     model, _ = load_model(args.model)
     seqs, ids = list(traces["input_ids"]), list(traces["trace_id"])
     # every setting's golden labels and scorers are checked against this model and these traces before any replay
@@ -211,7 +216,7 @@ def main(argv=None) -> int:
 
     summaries, raw, started = [], [], time.time()
     journals = {(b, w): out / f"partial_B{b}_W{w}.jsonl" for b, w, _ in args.setting}  # a killed run resumes
-    resumed = any(j.exists() for j in journals.values())
+    resumed = any(journal_files(j) for j in journals.values())
     for b, w, base, learned in settings:
 
         def factory(name, budget, base=base, learned=learned):
@@ -219,9 +224,14 @@ def main(argv=None) -> int:
 
         records = evaluate_fidelity(model, seqs, ["golden", *stages, *policies], [b], w, trace_ids=ids,
                                     policy_factory=factory, batch_size=args.batch_size, progress=True,
-                                    journal=journals[(b, w)])
-        summaries.append(quality_summary(records, stages, seed=args.seed))
-        raw.extend(records)
+                                    journal=journals[(b, w)], rank=rank, world_size=world)
+        if world == 1:
+            summaries.append(quality_summary(records, stages, seed=args.seed))
+            raw.extend(records)
+    if world > 1:  # the results are written once, by a run in one process that finds every rank's batches
+        print(f"rank {rank}/{world}: my batches are journalled in {out}; once every rank is done, run the same "
+              "command in one process (without RANK/WORLD_SIZE) to write the results")
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "traces": args.traces,
             "scorers": {f"{s}@B{b}W{w}": d for (s, b, w), d in dirs.items()},
@@ -232,7 +242,7 @@ def main(argv=None) -> int:
     (out / "quality.md").write_text(f"# Quality benchmark ({args.model})\n\n" + quality_markdown(summaries))
     _plot(summaries, out / "quality.png")
     for j in journals.values():
-        j.unlink(missing_ok=True)
+        remove_journal(j)
     print(quality_markdown(summaries))
     print(f"wrote {out}/quality.json, quality.md, quality.png in {meta['seconds']} s")
     return 0

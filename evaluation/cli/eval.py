@@ -136,6 +136,7 @@ def run_fidelity(args) -> int:
 
     import foresight
     from evaluation.fidelity import evaluate_fidelity
+    from evaluation.fidelity_journal import remove_journal
     from evaluation.policies import (check_requirements, golden_factory, make_factory, parse_budgets,
                                      parse_policies)
     from evaluation.report import FIDELITY_OUTPUT, write_fidelity_outputs
@@ -226,7 +227,7 @@ def run_fidelity(args) -> int:
             notes.append(f"B={b}: {len(ds) - counted} of {len(ds)} traces are too short to reach the first eviction "
                          f"(at most B + W + 1 = {b + args.interval + 1} tokens) and are left out of its numbers")
     md = write_fidelity_outputs(records, out, notes=notes, settings=settings)
-    journal.unlink(missing_ok=True)
+    remove_journal(journal)
     print(md)
     print(f"wrote {out / 'fidelity.json'}, {out / 'fidelity.md'}, {out / 'fidelity.png'}")
     return 0

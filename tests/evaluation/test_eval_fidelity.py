@@ -185,6 +185,36 @@ def test_a_killed_run_resumes_to_the_uninterrupted_numbers(copy_model, copy_trac
     assert got == want
 
 
+def test_ranks_share_the_batches_and_one_process_sums_them_to_the_unsharded_numbers(copy_model, copy_traces,
+                                                                                      tmp_path, monkeypatch):
+    """Two ranks replay disjoint batches into their own journal files; the first to finish returns None, the last
+    (or a later run in one process) replays nothing and returns an unsharded run's records exactly."""
+    import evaluation.fidelity as fidelity
+
+    args = (copy_model, copy_traces, ["random", "streaming_llm"], [12], 4)
+    want = evaluate_fidelity(*args)
+    journal = tmp_path / "j.jsonl"
+    real, starts = fidelity.replay, []
+
+    def replay(model, seqs, policy, *a, **k):
+        starts.append(copy_traces.index(seqs[0]))
+        return real(model, seqs, policy, *a, **k)
+
+    monkeypatch.setattr(fidelity, "replay", replay)
+    assert evaluate_fidelity(*args, journal=journal, rank=1, world_size=2) is None  # rank 0's batches missing
+    assert sorted(set(starts)) == [1, 3] and len(starts) == 6  # batches 1 and 3, three replays each
+    starts.clear()
+    assert evaluate_fidelity(*args, journal=journal, rank=0, world_size=2) == want  # the last rank sums them all
+    assert sorted(set(starts)) == [0, 2] and len(starts) == 6
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["j.rank0of2.jsonl", "j.rank1of2.jsonl"]
+    starts.clear()
+    assert evaluate_fidelity(*args, journal=journal) == want and starts == []  # one process: nothing replayed
+    with pytest.raises(ForesightError, match="needs a journal"):
+        evaluate_fidelity(*args, rank=0, world_size=2)
+    with pytest.raises(ForesightError, match="rank 2 of world size 2"):
+        evaluate_fidelity(*args, journal=journal, rank=2, world_size=2)
+
+
 def test_a_journal_of_other_inputs_is_refused(copy_model, copy_traces, tmp_path, monkeypatch):
     journal = tmp_path / "j.jsonl"
     with monkeypatch.context() as m:

@@ -152,6 +152,26 @@ def test_benchmark_runs_on_a_tiny_model(tmp_path, capsys, monkeypatch):
         _run_module().main([*args, "--out", str(tmp_path / "whole"), "--policies", "h2o,random"])
     assert (tmp_path / "whole" / "quality.json").read_bytes() == before
     assert (result["records"], result["summaries"]) == (whole["records"], whole["summaries"])
+    # two ranks (RANK/WORLD_SIZE) each replay their batches, then one process sums them without a replay: exactly
+    # an unsharded run's numbers
+    one = [*args, "--batch-size", "1"]
+    assert _run_module().main([*one, "--out", str(tmp_path / "b1")]) == 0
+    sharded = tmp_path / "sharded"
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert _run_module().main([*one, "--out", str(sharded)]) == 0
+    assert sorted(p.name for p in sharded.iterdir()) == [f"partial_B{b}_W{w}.rank{r}of2.jsonl"
+                                                        for b, w in ((16, 4), (24, 8)) for r in (0, 1)]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    calls.clear()
+    with monkeypatch.context() as m:
+        m.setattr(fidelity, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+        assert _run_module().main([*one, "--out", str(sharded)]) == 0
+    assert calls == [] and not list(sharded.glob("partial_*"))
+    b1, got = (json.loads((d / "quality.json").read_text()) for d in (tmp_path / "b1", sharded))
+    assert (got["records"], got["summaries"]) == (b1["records"], b1["summaries"])
     assert [(s["budget"], s["interval"], s["traces"]) for s in result["summaries"]] == [(16, 4, 3), (24, 8, 3)]
     for s in result["summaries"]:
         assert set(s["policies"]) == {"golden", "sl", "grpo", "streaming_llm", "h2o", "random"}
