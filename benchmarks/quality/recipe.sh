@@ -16,13 +16,13 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
-# fit, before any work) and takes 25-50 min on this machine; the three rounds are most of the wall clock.
-# Measured at B=64 with HELDOUT=48 from an empty runs/ (2-core CPU, alone, commit d6d8a92): split and held-out
-# traces 4 min, the 336 training traces 23 min, golden labels 5 min; SL + DAgger had run 43 min, in its third
-# training, when the run was stopped at 75 min (the whole recipe takes longer than that).
-#
-# Stages use two single-threaded processes where the work shards (traces, labels): on two cores that is faster than
-# one two-threaded process and robust to other load. Outputs under $E (default runs/quality).
+# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone): split and held-out traces 4 min,
+# the 336 training traces 23 min, golden labels 5 min, SL features 9.5 min, each DAgger round's recording 7.5-9 min
+# and each training 2.5-4.5 min, train e2e 15 min on one thread (two threads: 1.27x faster on 8 steps), the
+# benchmark 10 min on two ranks (20 min in one process). The whole recipe takes about 1 h 40 min.
+# Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
+# faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
+# under $E (default runs/quality).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -68,7 +68,8 @@ if [ "$E2E_STEPS" != 0 ]; then
     stamp "loss-aware refinement: train e2e, $E2E_STEPS steps"
     E2E=$E/e2e_B${B}_W${W}${TAG}
     resume=""; [ -d $E2E/checkpoints ] && resume="--resume"
-    [ -f $E2E/summary.json ] || $PY -m foresight train e2e --config configs/e2e.yaml traces=$E/train_traces \
+    # one process: both cores' threads (8 steps took 34.8 s on two threads, 44.3 s on one)
+    [ -f $E2E/summary.json ] || OMP_NUM_THREADS=2 $PY -m foresight train e2e --config configs/e2e.yaml traces=$E/train_traces \
         max_traces=$E2E_TRACES init_scorer=$SL/scorer out_dir=$E2E steps=$E2E_STEPS heldout=4 eval_traces=4 \
         eval_before=false checkpoint_every=24 device=cpu $resume
 fi
@@ -76,7 +77,8 @@ stamp "quality benchmark"
 if [ "$ROUNDS" = 0 ]; then stages="--scorer sl=$SL/scorer"  # plain SL writes no rounds/
 else stages="--scorer sl=$SL/rounds/round-0/scorer --scorer dagger=$SL/scorer"; fi
 [ "$E2E_STEPS" != 0 ] && stages="$stages --scorer e2e=$E2E/scorer"
-$PY benchmarks/quality/run.py --model smollm2-135m --traces $E/heldout_traces \
-    --setting $B:$W=$E/golden_heldout_B${B}_W${W} $stages \
-    --out $E/quality_B${B}_W${W}${TAG}
+quality=(benchmarks/quality/run.py --model smollm2-135m --traces $E/heldout_traces
+    --setting $B:$W=$E/golden_heldout_B${B}_W${W} $stages --out $E/quality_B${B}_W${W}${TAG})
+two_ranks $PY "${quality[@]}"  # each rank replays its share of the batches into its journal file
+$PY "${quality[@]}"             # every batch journalled: sums them and writes the results
 stamp done
