@@ -18,8 +18,8 @@
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
 # fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone): split and held-out traces 4 min,
 # the 336 training traces 23 min, golden labels 5 min, SL features 9.5 min, each DAgger round's recording 7.5-9 min
-# and each training 2-4.5 min (round 0: 124 s for 2,400 steps), train e2e 15 min on one thread (two threads: 1.27x faster on 8 steps), the
-# benchmark 10 min on two ranks (20 min in one process). The whole recipe takes about 1 h 40 min.
+# and each training 2-4.5 min (round 0: 124 s for 2,400 steps), train e2e 15 min on one thread (two threads: 1.27x
+# faster on 8 steps), the benchmark 10 min on two ranks (20 min in one process). In all, about 1 h 40 min.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
