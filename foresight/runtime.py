@@ -121,6 +121,7 @@ def replay(
     grad: bool = False,
     truncate_backprop: bool = False,
     engine: str = "auto",
+    logits: bool = True,
     **meta,
 ) -> ReplayResult:
     """Teacher-forced replay of fixed token sequences under an eviction policy.
@@ -149,9 +150,16 @@ def replay(
         ``auto`` (default): layer-major (:mod:`foresight.layer_major`) for a policy that declares ``per_layer``,
         else piecewise with the reason printed once; ``layer-major`` or ``piecewise`` to choose (the same results
         up to float rounding; ``layer-major`` refuses a policy that is not per-layer).
+    logits
+        ``False``: each forward computes its last position's logits only (``logits_to_keep=1``) and the result's
+        ``ce``/``entropy`` stay NaN, for callers that need only the evictions or what the policy observes (golden
+        labelling, feature extraction, DAgger recording): the LM head and the log-softmax over the vocabulary are
+        a fifth of a SmolLM2 replay's time. Not with ``on_logits`` or ``grad``.
     meta
         Passed to ``policy.reset`` (e.g. ``trace_ids`` for the golden policy).
     """
+    if not logits and (on_logits is not None or grad):
+        raise ValueError("replay(logits=False) computes no logits to hand to on_logits or to differentiate")
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     layer_major = _layer_major(policy, engine)
     device = model.device
@@ -186,16 +194,19 @@ def replay(
             if len(group) > 1:
                 cache.feed_span(group, detach=truncate_backprop)
             try:
-                logits = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end])
+                out = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end],
+                                     logits_to_keep=0 if logits else 1)
             finally:
                 cache.span = None
-            logits = logits if logits.dtype == torch.float64 else logits.float()  # fp32, fp64 models keep fp64
+            if not logits:  # no grad, no hook (checked above): only the evictions and observations were wanted
+                continue
+            out = out if out.dtype == torch.float64 else out.float()  # fp32, fp64 models keep fp64
             if on_logits is not None:
                 for a, b, _ in group:
-                    on_logits(a, b, logits[:, a - start : b - start])
+                    on_logits(a, b, out[:, a - start : b - start])
             if truncate_backprop:
                 cache.detach_()
-            _record_ce(ce, ent, ids, logits.detach(), start, min(end, n - 1))
+            _record_ce(ce, ent, ids, out.detach(), start, min(end, n - 1))
     for b, length in enumerate(lengths):
         ce[b, max(length - 1, 0) :] = float("nan")
         ent[b, max(length - 1, 0) :] = float("nan")

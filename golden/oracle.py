@@ -157,7 +157,8 @@ def block_attention(model, input_ids, budget: int, interval: int, chunk: int | N
     pieces = replay_schedule(n, budget, interval)
     block_of, sizes = block_index(pieces, n)
     observer = BlockAttentionObserver(block_of=block_of, num_blocks=len(pieces), measure=measure)
-    replay(model, ids, policy=observer, budget=None, interval=interval, chunk=chunk or max(interval, DEFAULT_CHUNK))
+    replay(model, ids, policy=observer, budget=None, interval=interval, chunk=chunk or max(interval, DEFAULT_CHUNK),
+           logits=False)  # the attention is all it needs
     abar = torch.stack(observer.sums)  # (L, Hkv, N, nb)
     groups = model.config.num_attention_heads // (model.config.num_key_value_heads or model.config.num_attention_heads)
     abar /= (sizes.to(abar.device) * groups).float()

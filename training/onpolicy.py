@@ -187,7 +187,7 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
         policy = MixturePolicy(extractor=extractor_factory(), scorer=scorer, columns=columns, labels=labels,
                                expert=expert, on_row=on_row, temperature=temperature, seed=seed,
                                round_idx=round_idx)
-        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
+        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids, logits=False)
         for b, tid in enumerate(ids):
             labels[tid].release_foresight()  # read lazily from the label file: hold one batch's at a time
             keys = sorted(k for k in rec if k[0] == b)

@@ -71,7 +71,7 @@ def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory,
 
         golden = make_policy("golden", labels={t: labels[t] for t in ids})
         policy = FeatureRecorder(extractor=extractor_factory(), driver=golden, on_event=on_event)
-        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids)
+        replay(model, [list(map(int, s)) for s in seqs], policy, budget, interval, trace_ids=ids, logits=False)
         num_layers = model.config.num_hidden_layers
         for b, tid in enumerate(ids):
             keys = sorted(k for k in rec if k[0] == b)

@@ -207,3 +207,29 @@ def test_a_span_must_start_where_the_cache_stands(tiny_llama):
         cache.feed_span([(4, 8, False)])
     with pytest.raises(ValueError, match="consecutive pieces"):
         cache.feed_span([(0, 4, False), (5, 8, False)])
+
+
+@pytest.mark.parametrize("engine", ["piecewise", "layer-major"])
+def test_a_replay_without_logits_evicts_alike_and_computes_no_ce(tiny, engine):
+    """``logits=False`` (golden labelling, feature extraction, DAgger recording): the same evictions at every event
+    and layer as with logits, NaN CE, and the LM head run on one position per forward instead of the whole piece."""
+    model, _ = tiny
+    out, heads = {}, {}
+    for flag in (True, False):
+        policy, kept = _recording(make_policy("h2o"))
+        seen = heads[flag] = []
+        hook = model.get_output_embeddings().register_forward_hook(lambda m, i, o, seen=seen: seen.append(o.shape[1]))
+        try:
+            out[flag] = (foresight.replay(model, _seqs(), policy, B, W, engine=engine, logits=flag), kept)
+        finally:
+            hook.remove()
+    (a, ka), (b, kb) = out[True], out[False]
+    assert a.stats == b.stats and a.stats["evictions"] > 0 and a.engine == b.engine
+    assert ka.keys() == kb.keys() and all(torch.equal(x, y) for l in ka for x, y in zip(ka[l], kb[l]))
+    assert not a.ce.isnan().all() and b.ce.isnan().all() and b.entropy.isnan().all()
+    assert set(heads[False]) == {1} and max(heads[True]) > 1
+    sc = _scorer(model)
+    for bad in (dict(on_logits=lambda *a: None), dict(grad=True)):
+        with pytest.raises(ValueError, match="logits=False"):
+            foresight.replay(model, _seqs(), make_policy("learned", scorer=sc, any_budget=True), B, W, logits=False,
+                             **bad)
