@@ -16,10 +16,11 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
-# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone): split and held-out traces 4 min,
-# the 336 training traces 23 min, golden labels 5 min, SL features 9.5 min, each DAgger round's recording 7.5-9 min
+# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone, measured stage by stage): split and
+# held-out traces 4 min, the 336 training traces 23 min, golden labels 4 min, SL features 8 min, each DAgger round's
+# recording 7.5-9 min (measured before these replays skipped the LM head, which made feature extraction 1.18x faster)
 # and each training 2-4.5 min (round 0: 124 s for 2,400 steps), train e2e 15 min on one thread (two threads: 1.27x
-# faster on 8 steps), the benchmark 10 min on two ranks (20 min in one process). In all, about 1 h 40 min.
+# faster on 8 steps), the benchmark 10 min on two ranks (20 min in one process). In all, about 1 h 35 min.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
