@@ -338,10 +338,11 @@ def evaluate_fidelity(
         jr = FidelityJournal(journal, jr.identity, rank, world_size)
         if any(s0 not in jr.done for s0 in others):
             return None
-        return evaluate_fidelity(model, sequences, policies, budgets, interval, trace_ids=trace_ids,
-                                 policy_factory=policy_factory, policy_kwargs=policy_kwargs, sinks=sinks,
-                                 batch_size=batch_size, ref_dtype=ref_dtype, journal=journal, score_from=score_from,
-                                 rank=rank, world_size=world_size)  # every batch journalled: sums in batch order
+        acc = {key: _Accumulator() for key in acc}  # every batch journalled: summed again in batch order
+        for s0, s1 in _batches(len(sequences), batch_size):
+            if s0 in jr.done:  # too short to score: in no journal, as in no sum
+                _check_batch(jr.done[s0], all_ids[s0:s1], plan, journal)
+                _add_batch(acc, jr.done[s0])
 
     records = []
     for name, b, pol in plan:
