@@ -280,6 +280,28 @@ class BudgetedCache(Cache):
     def _count_evicted(self, n: int, target: int) -> None:
         self.evicted_entries += (n - target) * self.layers[0].keys.shape[0] * self.layers[0].keys.shape[1]
 
+    # -- dropping finished rows ------------------------------------------------------------------------------------
+    @property
+    def selects_rows(self) -> bool:
+        """Whether :meth:`select_rows` may drop batch rows: the policy's per-row state follows them."""
+        return self.policy.selects_rows
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows ``rows`` (ascending indices into the current batch), between two forwards:
+        :func:`foresight.generate` drops the rows that finished, so that later decode steps compute the others
+        only. Every other row's entries, positions and events stay as they were (the schedule counts tokens fed,
+        the same for every row)."""
+        if not self.selects_rows:
+            raise NotImplementedError(f"{type(self).__name__} with policy {self.policy.name!r} cannot drop batch rows")
+        if self.span is not None or any(layer._buffers is None for layer in self.layers):
+            raise RuntimeError("select_rows runs between forwards, on a cache recording no gradients")
+        self.flush_observations()  # the held decode steps are the dropped rows' too
+        self.shared.select_rows(rows)
+        if self.protect_len is not None:
+            self.protect_len = self.protect_len[rows]
+        self.policy.select_rows(rows)
+        self._shared_mask = None
+
     # -- layer-major spans (foresight.layer_major) ----------------------------------------------------------------
     def feed_span(self, pieces: list[Piece], detach: bool = False) -> None:
         """Make the next forward one layer-major span of this cache's schedule ``pieces`` (consecutive, from the

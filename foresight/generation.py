@@ -5,7 +5,7 @@ evict at the same points.
 
 The decode steps read nothing back from the device (no ``.item()``, ``.tolist()``, ``.cpu()`` or branch on a
 tensor's value), so the host queues step after step while the device computes: whether every row has finished is
-read once every :data:`EOS_READ_EVERY` steps (:func:`_all_finished`), the policy may read once per eviction event
+read once every :data:`EOS_READ_EVERY` steps (:func:`_finished_rows`), the policy may read once per eviction event
 (:meth:`~foresight.policies.base.EvictionPolicy.end_event`), and the tokens are read once at the end.
 """
 
@@ -25,8 +25,9 @@ from foresight.static_cache import make_cache
 from foresight.static_step import StaticConfig
 
 #: Decode steps between two reads of whether every row has finished (with ``stop_on_eos``): the decode loop's one
-#: read, so the device runs ahead in between. Rows that finished are fed padding, and the steps decoded after the
-#: last row finished are cut from the result, which is therefore the same as reading after every step.
+#: read, so the device runs ahead in between. Rows that finished are fed padding until the next read, which drops
+#: them from the batch where it can (:meth:`~foresight.cache.BudgetedCache.select_rows`); the steps decoded after
+#: the last row finished are cut from the result, which is therefore the same as reading after every step.
 EOS_READ_EVERY = 16
 
 
@@ -168,28 +169,47 @@ def generate(
     out = input_ids
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     eos_t = torch.tensor(sorted(eos), device=device) if eos else None
-    ones = torch.ones(batch, 1, dtype=attn.dtype, device=device)
+    # the rows still decoded (None: all): finished rows leave the batch when the cache can drop them and a row's
+    # tokens do not depend on the others' (greedy, or a generator per row)
+    drops = eos_t is not None and cache.selects_rows and (not do_sample or row_gens is not None)
+    active: list[int] | None = None
+    active_t: torch.Tensor | None = None  # the same, on the device
     bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
     for step in range(max_new_tokens):
         scores = logits[:, -1, :].float()
         if do_sample:
-            scores = procs(out, scores)
+            scores = procs(out if active is None else out[active_t], scores)
             probs = torch.softmax(scores, dim=-1)
             if row_gens is None:
                 token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
             else:
-                rows = [torch.multinomial(probs[i : i + 1], 1, generator=g) for i, g in enumerate(row_gens)]
-                token = torch.cat(rows).squeeze(1)
+                gens = row_gens if active is None else [row_gens[i] for i in active]
+                token = torch.cat([torch.multinomial(probs[i : i + 1], 1, generator=g)
+                                   for i, g in enumerate(gens)]).squeeze(1)
         else:
             token = scores.argmax(dim=-1)
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
-        out = torch.cat([out, token[:, None]], dim=-1)
+        done = finished if active is None else finished[active_t]
+        token = torch.where(done, torch.full_like(token, pad_id), token)
+        every = token if active is None else torch.full((batch,), pad_id, dtype=token.dtype,
+                                                        device=device).index_copy_(0, active_t, token)
+        out = torch.cat([out, every[:, None]], dim=-1)
         if eos_t is not None:
-            finished |= torch.isin(token, eos_t)
+            finished |= torch.isin(every, eos_t)
         bar.update(1)
-        if step == max_new_tokens - 1 or (
-                eos_t is not None and (step + 1) % EOS_READ_EVERY == 0 and _all_finished(finished)):
+        if step == max_new_tokens - 1:
             break
+        if eos_t is not None and (step + 1) % EOS_READ_EVERY == 0:
+            flags = _finished_rows(finished)
+            if all(flags):
+                break
+            rows = [i for i in (active or range(batch)) if not flags[i]]
+            if drops and len(rows) < len(active or range(batch)):
+                keep = [j for j, i in enumerate(active or range(batch)) if not flags[i]]
+                index = torch.tensor(keep, device=device)
+                cache.select_rows(index)
+                token, next_pos, attn, active = token[index], next_pos[index], attn[index], rows
+                active_t = torch.tensor(active, device=device)
+        ones = torch.ones(token.shape[0], 1, dtype=attn.dtype, device=device)
         attn = torch.cat([attn, ones], dim=-1)
         logits = forward_logits(model, cache, token[:, None], next_pos[:, None], attn)
         next_pos = next_pos + 1
@@ -197,10 +217,9 @@ def generate(
     return _result(tokenizer, policy, cache, out, plen, eos, prompt_lengths)
 
 
-def _all_finished(finished: torch.Tensor) -> bool:
-    """Whether every row has finished: the decode loop's one read from the device, every :data:`EOS_READ_EVERY`
-    steps."""
-    return bool(finished.all())
+def _finished_rows(finished: torch.Tensor) -> list[bool]:
+    """Which rows have finished: the decode loop's one read from the device, every :data:`EOS_READ_EVERY` steps."""
+    return finished.tolist()
 
 
 def _result(tokenizer, policy, cache, out: torch.Tensor, plen: int, eos: set[int],

@@ -51,6 +51,13 @@ class SharedBuffers:
         for layer, n in zip(self.layers, held):
             layer._attach(n)
 
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows ``rows`` of every layer (the other rows' entries are dropped)."""
+        held = [layer.get_seq_length() for layer in self.layers]
+        self.tensors = [t.index_select(1, rows) for t in self.tensors]
+        for layer, n in zip(self.layers, held):
+            layer._attach(n)
+
     def keys(self, n: int) -> torch.Tensor:
         """(L, batch, Hkv, n, d) view of every layer's keys."""
         return self.tensors[0][:, :, :, :n]

@@ -106,6 +106,8 @@ class StaticBudgetedCache(BudgetedCache):
     default). A policy :func:`static_reason` refuses raises ``ValueError`` naming it.
     """
 
+    selects_rows = False  # one compiled shape: the batch stays whole
+
     def __init__(self, model, policy="full", budget=None, interval=None, sinks=0, protect_prompt=False,
                  policy_kwargs=None, max_cache_len: int | None = None, static: StaticConfig | None = None, **meta):
         super().__init__(model, policy, budget, interval, sinks, protect_prompt, policy_kwargs, **meta)

@@ -48,6 +48,7 @@ class EvictionPolicy:
     replay_only: ClassVar[bool] = False
     per_layer: ClassVar[bool] = False  # decides each layer from that layer alone (module docstring)
     scores_layers: ClassVar[bool] = False  # scores every layer of an event at once (score_layers)
+    selects_rows: ClassVar[bool] = False  # its per-row state follows select_rows (generate drops finished rows)
 
     def reset(self, batch_size: int, num_layers: int, device: torch.device, **meta) -> None:
         """Start a new batch of sequences; ``meta`` carries optional per-row context (e.g. trace ids)."""
@@ -86,6 +87,12 @@ class EvictionPolicy:
         default calls :meth:`on_evict` layer by layer."""
         for i, layer_idx in enumerate(layers):
             self.on_evict(layer_idx, keep[i])
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows ``rows`` (ascending indices into the current batch) of the per-row state; called
+        by :meth:`foresight.cache.BudgetedCache.select_rows` when :func:`foresight.generate` drops finished rows,
+        only for a policy that sets ``selects_rows`` (its decisions for a row must not depend on the other rows)."""
+        raise NotImplementedError(f"policy {self.name!r} cannot drop batch rows")
 
     def end_event(self) -> None:
         """Every layer has been evicted at an event (after a layer-major span: at all of the span's events). The one

@@ -16,6 +16,10 @@ class FullPolicy(EvictionPolicy):
     name = "full"
     per_layer = True
     evicts = False
+    selects_rows = True  # no per-row state
+
+    def select_rows(self, rows):
+        pass
 
     def score(self, view):  # pragma: no cover - never called
         raise RuntimeError("the full policy never evicts")

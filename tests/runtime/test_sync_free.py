@@ -79,7 +79,7 @@ def _generate_without_reads(monkeypatch, model, tok, policy, prompts, **kw):
         return out
 
     monkeypatch.setattr(generation, "forward_logits", forward_then_arm)
-    reads.allow(generation, "_all_finished", "eos", monkeypatch)
+    reads.allow(generation, "_finished_rows", "eos", monkeypatch)
     reads.allow(BudgetedCache, "_end_event", "event", monkeypatch)
     result = generation._result
 
