@@ -105,6 +105,19 @@ class FeatureExtractor:
         self._query_pos: torch.Tensor | None = None  # (L, b, R)
         self._query_ok: torch.Tensor | None = None  # (L, b, R)
 
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep batch rows ``rows`` of every layer's statistics (:meth:`foresight.cache.BudgetedCache.select_rows`)."""
+        for name in ("rows", "run", "seen", "mri", "queries", "query_pos", "query_ok"):
+            stacked = getattr(self, "_" + name)
+            if stacked is None:
+                continue
+            stacked = stacked.index_select(1, rows)
+            setattr(self, "_" + name, stacked)
+            for i, st in enumerate(self._layers):
+                setattr(st, name, stacked[i])
+        for st in self._layers:
+            st.cum, st.dec = (None if t is None else t.index_select(0, rows) for t in (st.cum, st.dec))
+
     def _reserve_queries(self, query: torch.Tensor) -> None:
         """The query ring of every layer for queries like ``query`` (b, Hq, q, d), zero (not real) until written."""
         if self._queries is not None and self._queries.shape[1:3] == query.shape[:2] \

@@ -20,7 +20,7 @@ and the hard choice carry none (straight-through on the trajectory).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +58,7 @@ class RelaxedLearnedPolicy(LearnedPolicy):
     ``tau``: the relaxation's temperature (0: the hard limit). Not registered as a policy name: training builds it.
     """
 
+    selects_rows: ClassVar[bool] = False  # per-row biases and ghost entries of its own
     tau: float = 0.01
     _feats: Any = field(default=None, init=False, repr=False)
     _graded: Any = field(default=None, init=False, repr=False)

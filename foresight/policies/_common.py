@@ -108,6 +108,10 @@ class QueryWindow:
             raise RuntimeError("no attention observed yet for this layer")
         return cur
 
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep batch rows ``rows`` of every layer's window."""
+        self.rows = [None if cur is None else cur.index_select(0, rows) for cur in self.rows]
+
     def gather(self, layer_idx: int, keep: torch.Tensor) -> None:
         cur = self.rows[layer_idx]
         if cur is None:

@@ -91,8 +91,8 @@ class EvictionPolicy:
     def select_rows(self, rows: torch.Tensor) -> None:
         """Keep only batch rows ``rows`` (ascending indices into the current batch) of the per-row state; called
         by :meth:`foresight.cache.BudgetedCache.select_rows` when :func:`foresight.generate` drops finished rows,
-        only for a policy that sets ``selects_rows`` (its decisions for a row must not depend on the other rows)."""
-        raise NotImplementedError(f"policy {self.name!r} cannot drop batch rows")
+        only for a policy that sets ``selects_rows`` (what it decides for a row must not depend on the other rows
+        or on the batch's size). This default keeps no state; a policy with per-row state overrides it."""
 
     def end_event(self) -> None:
         """Every layer has been evicted at an event (after a layer-major span: at all of the span's events). The one
@@ -136,6 +136,10 @@ class EntryState:
     def gather(self, layer_idx: int, keep: torch.Tensor) -> None:
         for name, t in self.tensors[layer_idx].items():
             self.tensors[layer_idx][name] = t.gather(-1, keep)
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        """Keep batch rows ``rows`` of every tensor."""
+        self.tensors = [{name: t.index_select(0, rows) for name, t in layer.items()} for layer in self.tensors]
 
 
 def require_cache(policy: "EvictionPolicy", budget: int | None, interval: int | None) -> None:

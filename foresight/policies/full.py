@@ -18,8 +18,5 @@ class FullPolicy(EvictionPolicy):
     evicts = False
     selects_rows = True  # no per-row state
 
-    def select_rows(self, rows):
-        pass
-
     def score(self, view):  # pragma: no cover - never called
         raise RuntimeError("the full policy never evicts")

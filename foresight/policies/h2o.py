@@ -37,6 +37,7 @@ class H2OPolicy(EvictionPolicy):
 
     name = "h2o"
     per_layer = True
+    selects_rows = True
     observes = True
     observes_layers = True
     attention_score = True  # nonnegative attention mass: usable inside ``caote``
@@ -52,6 +53,13 @@ class H2OPolicy(EvictionPolicy):
         # layer's entries: a step adds its row in place, for one layer or for all layers at once
         self._acc: torch.Tensor | None = None
         self._n = [0] * num_layers
+
+    def select_rows(self, rows):
+        self.state.select_rows(rows)
+        if self._acc is not None:
+            self._acc = self._acc.index_select(1, rows)
+            for layer, have in enumerate(self._n):
+                self.state.set(layer, "acc", self._acc[layer, ..., :have])
 
     def _received(self, p):
         """Attention each entry received from a step: (..., Hkv, G, q, n) probabilities -> (..., Hkv, n)."""

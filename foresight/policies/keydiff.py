@@ -26,6 +26,7 @@ class KeyDiffPolicy(EvictionPolicy):
 
     name = "keydiff"
     per_layer = True
+    selects_rows = True  # no per-row state
 
     def score(self, view):
         keys = F.normalize(view.keys.float(), dim=-1)  # (b, Hkv, n, d)

@@ -200,6 +200,14 @@ class LearnedPolicy(EvictionPolicy):
         self._extractor.observe_layers(view)
 
     @property
+    def selects_rows(self) -> bool:
+        """Under ``topk`` (``sample`` draws each layer's noise for the whole batch from one generator)."""
+        return self.applied_selection == "topk"
+
+    def select_rows(self, rows: torch.Tensor) -> None:
+        self._extractor.select_rows(rows)
+
+    @property
     def scores_layers(self) -> bool:
         """Every layer of an event at once under ``topk`` (``sample`` draws from one generator per layer) when no
         ``on_features`` callback waits for one layer's features."""

@@ -37,6 +37,7 @@ class PagedEvictionPolicy(EvictionPolicy):
 
     name = "paged"
     per_layer = True
+    selects_rows = True  # no per-row state
     block_size: int = 16
 
     def __post_init__(self):

@@ -43,6 +43,7 @@ class RKVPolicy(EvictionPolicy):
 
     name = "rkv"
     per_layer = True
+    selects_rows = True
     observes = True
     observes_layers = True
     lam: float = 0.1
@@ -58,6 +59,9 @@ class RKVPolicy(EvictionPolicy):
     def reset(self, batch_size, num_layers, device, **meta):
         self.rows = QueryWindow(self.window)
         self.rows.reset(num_layers)
+
+    def select_rows(self, rows):
+        self.rows.select_rows(rows)
 
     def observe(self, view):
         self.rows.push(view.layer_idx, view.probs)  # (b, Hkv, G, q, n)

@@ -42,6 +42,7 @@ class SnapKVPolicy(EvictionPolicy):
 
     name = "snapkv"
     per_layer = True
+    selects_rows = True
     observes = True
     observes_layers = True
     attention_score = True
@@ -59,6 +60,9 @@ class SnapKVPolicy(EvictionPolicy):
     def reset(self, batch_size, num_layers, device, **meta):
         self.rows = QueryWindow(self.window)
         self.rows.reset(num_layers)
+
+    def select_rows(self, rows):
+        self.rows.select_rows(rows)
 
     def observe(self, view):
         self.rows.push(view.layer_idx, reduce_group(view.probs, self.group_reduce))  # (b, Hkv, q, n)

@@ -25,6 +25,7 @@ class StreamingLLMPolicy(EvictionPolicy):
 
     name = "streaming_llm"
     per_layer = True
+    selects_rows = True  # no per-row state
     sinks: int = 4
 
     def __post_init__(self):

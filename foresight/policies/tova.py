@@ -26,12 +26,16 @@ class TOVAPolicy(EvictionPolicy):
 
     name = "tova"
     per_layer = True
+    selects_rows = True
     observes = True
     observes_layers = True
     attention_score = True
 
     def reset(self, batch_size, num_layers, device, **meta):
         self._last: list[torch.Tensor | None] = [None] * num_layers
+
+    def select_rows(self, rows):
+        self._last = [None if t is None else t.index_select(0, rows) for t in self._last]
 
     def observe(self, view):
         self._last[view.layer_idx] = view.probs[:, :, :, -1, :].mean(dim=(1, 2))  # (b, n)

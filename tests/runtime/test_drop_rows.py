@@ -10,54 +10,101 @@ import torch
 import foresight
 from foresight import generation
 from foresight.cache import BudgetedCache
+from foresight.policies import make_policy, policy_names
 from foresight.policies.full import FullPolicy
+from foresight.scorer import Scorer, ScorerConfig
 
 PROMPTS = ["Hello world, this is a longer test prompt.", "Hi", "What is 2+2? Think.", "One more prompt here"]
+PAIRS = PROMPTS[:2] * 2  # two groups of two equal-length prompts (align="rows" decodes each group alone)
 
 
-def _common_token(model, tok, **kw) -> int:
+def _common_token(model, tok, prompts=PROMPTS, **kw) -> int:
     """A token most rows sample within a few steps (as EOS, rows finish at different times)."""
     kw = {"seed": [1, 2, 3, 4], **kw}
-    free = foresight.generate(model, tok, PROMPTS, max_new_tokens=40, stop_on_eos=False, do_sample=True,
+    free = foresight.generate(model, tok, prompts, max_new_tokens=40, stop_on_eos=False, do_sample=True,
                               temperature=1.5, **kw)
     counts = Counter(t for ids in free.token_ids for t in set(ids))
     return counts.most_common(1)[0][0]
 
 
-def _generate(model, tok, eos: int, **kw):
+def _generate(model, tok, eos: int, prompts=PROMPTS, **kw):
     model.generation_config.eos_token_id = eos
     try:
-        return foresight.generate(model, tok, PROMPTS, max_new_tokens=60, do_sample=True, temperature=1.5, **kw)
+        return foresight.generate(model, tok, prompts, max_new_tokens=60, do_sample=True, temperature=1.5, **kw)
     finally:
         model.generation_config.eos_token_id = tok.eos_token_id
 
 
+class Spy:
+    """What ``select_rows`` kept, call by call (``counts``), and per cache, in order, every eviction's kept
+    positions (..., batch, Hkv, k) and the policy's scores (..., batch, Hkv, candidates), and every ``select_rows``
+    (``log``)."""
+
+    def __init__(self, monkeypatch):
+        self.counts: list[int] = []
+        self.log: dict[int, list] = {}
+        self._caches: list = []  # alive, so that no two caches of a run share an id
+        select, kept = BudgetedCache.select_rows, BudgetedCache._kept
+
+        def select_spy(cache, rows):
+            self.counts.append(len(rows))
+            self._entry(cache).append(("select", rows.tolist()))
+            return select(cache, rows)
+
+        def kept_spy(cache, view, scores, positions, valid, n):
+            keep = kept(cache, view, scores, positions, valid, n)
+            self._entry(cache).append(("keep", (positions.gather(-1, keep), scores)))
+            return keep
+
+        monkeypatch.setattr(BudgetedCache, "select_rows", select_spy)
+        monkeypatch.setattr(BudgetedCache, "_kept", kept_spy)
+        monkeypatch.setattr(generation, "EOS_READ_EVERY", 2)
+
+    def _entry(self, cache) -> list:
+        if id(cache) not in self.log:
+            self._caches.append(cache)
+        return self.log.setdefault(id(cache), [])
+
+    def restart(self) -> dict:
+        """Start a new run; returns the last run's log."""
+        log, self.log, self.counts, self._caches = self.log, {}, [], []
+        return log
+
+
+def _same_evictions(dropped: dict, whole: dict) -> None:
+    """Every eviction of the run that dropped rows scored and kept, in the rows still decoded, what the run that
+    decoded every row to the end scored and kept in those rows."""
+    assert len(dropped) == len(whole)  # one cache per group of rows
+    for d, w in zip(dropped.values(), whole.values()):
+        ref = [t for kind, t in w if kind == "keep"]
+        assert ref and len(ref) == sum(kind == "keep" for kind, _ in d)
+        active, i = None, 0
+        for kind, t in d:
+            if kind == "select":
+                active = t if active is None else [active[j] for j in t]
+                continue
+            rows = list(range(ref[i][0].shape[-3])) if active is None else active
+            assert torch.equal(t[0], ref[i][0][..., rows, :, :])
+            torch.testing.assert_close(t[1], ref[i][1][..., rows, :, :], rtol=1e-5, atol=1e-6)
+            i += 1
+
+
 @pytest.fixture
-def calls(monkeypatch):
-    """The row counts ``select_rows`` kept, call by call."""
-    kept: list[int] = []
-    select = BudgetedCache.select_rows
-
-    def spy(self, rows):
-        kept.append(len(rows))
-        return select(self, rows)
-
-    monkeypatch.setattr(BudgetedCache, "select_rows", spy)
-    monkeypatch.setattr(generation, "EOS_READ_EVERY", 2)
-    return kept
+def calls(monkeypatch) -> Spy:
+    return Spy(monkeypatch)
 
 
 def test_dropping_finished_rows_changes_no_token(tiny_llama, calls, monkeypatch):
     model, tok = tiny_llama
     eos = _common_token(model, tok)
     dropped = _generate(model, tok, eos, seed=[1, 2, 3, 4])
-    assert calls and calls == sorted(calls, reverse=True) and calls[-1] < len(PROMPTS)
+    assert calls.counts and calls.counts == sorted(calls.counts, reverse=True) and calls.counts[-1] < len(PROMPTS)
     lengths = sorted(len(ids) for ids in dropped.token_ids)
     assert lengths[0] < lengths[-1] - 2  # rows did finish at different times
     monkeypatch.setattr(FullPolicy, "selects_rows", False)
-    calls.clear()
+    calls.restart()
     whole = _generate(model, tok, eos, seed=[1, 2, 3, 4])
-    assert not calls
+    assert not calls.counts
     assert dropped.token_ids == whole.token_ids
     assert torch.equal(dropped.sequences, whole.sequences)
 
@@ -74,10 +121,10 @@ def test_greedy_drops_rows_too(tiny_llama, calls, monkeypatch):
         whole = foresight.generate(model, tok, PROMPTS, max_new_tokens=40)
     finally:
         model.generation_config.eos_token_id = tok.eos_token_id
-    assert calls and res.token_ids == whole.token_ids
+    assert calls.counts and res.token_ids == whole.token_ids
 
 
-@pytest.mark.parametrize("kw", [dict(seed=7), dict(seed=[1, 2, 3, 4], policy="h2o", budget=16, interval=4,
+@pytest.mark.parametrize("kw", [dict(seed=7), dict(seed=[1, 2, 3, 4], policy="random", budget=16, interval=4,
                                                    align="batch")])
 def test_rows_stay_when_tokens_would_change(tiny_llama, calls, kw):
     """One generator shared by the batch (a dropped row would shift the others' draws), or a policy whose state
@@ -86,7 +133,42 @@ def test_rows_stay_when_tokens_would_change(tiny_llama, calls, kw):
     eos = _common_token(model, tok, **kw)
     res = _generate(model, tok, eos, **kw)
     assert len({len(ids) for ids in res.token_ids}) > 1
-    assert not calls
+    assert not calls.counts
+
+
+def _policy(name: str, model, **kw):
+    if name == "learned":
+        cfg = ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4,
+                           feature_set=("prekey", "value", "attn", "age", "recency"), hidden=8)
+        return make_policy("learned", scorer=Scorer(cfg, seed=0), **kw)
+    return make_policy(name, **({"block_size": 2} if name == "paged" else {}), **kw)
+
+
+# every policy whose state follows select_rows (learned: under top-k, its default selection)
+DROPPING = ["learned"] + [n for n in policy_names() if n not in ("full", "golden", "learned") and make_policy(n).selects_rows]
+
+
+def test_the_heuristics_and_learned_drop_rows():
+    assert {"h2o", "tova", "snapkv", "rkv", "streaming_llm", "keydiff", "learned"} <= set(DROPPING)
+
+
+@pytest.mark.parametrize("align", ["batch", "rows"])
+@pytest.mark.parametrize("name", DROPPING)
+def test_evicting_policies_drop_rows_with_the_same_tokens(tiny_llama, calls, monkeypatch, name, align):
+    """Every policy that says its state follows select_rows: the same tokens, evictions included, as with every row
+    decoded to the end (prompts of several lengths in one padded batch, or groups of equal length)."""
+    model, tok = tiny_llama
+    prompts = PROMPTS if align == "batch" else PAIRS
+    eos = _common_token(model, tok, prompts)
+    kw = dict(budget=16, interval=4, align=align, seed=[1, 2, 3, 4], prompts=prompts)
+    dropped = _generate(model, tok, eos, policy=_policy(name, model), **kw)
+    assert calls.counts and dropped.stats["evictions"] > 0
+    dropped_log = calls.restart()
+    monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
+    whole = _generate(model, tok, eos, policy=_policy(name, model), **kw)
+    assert not calls.counts
+    _same_evictions(dropped_log, calls.log)
+    assert dropped.token_ids == whole.token_ids
 
 
 def test_select_rows_keeps_the_other_rows_logits(tiny_llama):
@@ -112,7 +194,7 @@ def test_select_rows_keeps_the_other_rows_logits(tiny_llama):
 
 def test_a_policy_with_row_state_refuses(tiny_llama):
     model, _ = tiny_llama
-    cache = BudgetedCache(model, policy="h2o", budget=16, interval=4)
+    cache = BudgetedCache(model, policy="random", budget=16, interval=4)
     assert not cache.selects_rows
-    with pytest.raises(NotImplementedError, match="h2o"):
+    with pytest.raises(NotImplementedError, match="random"):
         cache.select_rows(torch.tensor([0]))
