@@ -51,11 +51,11 @@ stamp split
 $PY benchmarks/quality/split.py $E/split
 stamp "held-out traces"
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/heldout.jsonl --limit $HELDOUT \
-    --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/heldout_traces --no-progress
+    --max-new-tokens 512 --batch-size 24 --seed 0 --out $E/heldout_traces --no-progress
 [ "${STAGE:-}" = heldout ] && { stamp "held-out traces done (STAGE=heldout)"; exit 0; }
 stamp "training traces"
 two_ranks $PY -m foresight trace --model smollm2-135m --data $E/split/train.jsonl \
-    --max-new-tokens 512 --batch-size 16 --seed 0 --out $E/train_traces --no-progress
+    --max-new-tokens 512 --batch-size 24 --seed 0 --out $E/train_traces --no-progress
 limit=""; [ "$TRAIN" != 0 ] && limit="--limit $TRAIN"
 stamp "golden labels B=$B W=$W"
 two_ranks $PY -m foresight golden --traces $E/heldout_traces --out $E/golden_heldout_B${B}_W${W} \
