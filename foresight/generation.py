@@ -111,6 +111,11 @@ def generate(
         depend on which other rows share its batch (used for reproducible trace sampling).
     sinks
         Never evict the first ``sinks`` positions.
+    stop_on_eos
+        End a row at EOS (the call ends when every row has). Finished rows leave the batch at the next of the
+        reads every :data:`EOS_READ_EVERY` steps when the policy's state can follow
+        (:attr:`~foresight.policies.base.EvictionPolicy.selects_rows`) and no generator is shared by the rows
+        (greedy, or one ``seed`` per row); the other rows' tokens are the same either way.
     protect_prompt
         Leave the prompt uncompressed: prompt entries are never evicted and the budget applies to the
         generated tokens on top of the (longest) prompt.
@@ -202,12 +207,13 @@ def generate(
             flags = _finished_rows(finished)
             if all(flags):
                 break
-            rows = [i for i in (active or range(batch)) if not flags[i]]
-            if drops and len(rows) < len(active or range(batch)):
-                keep = [j for j, i in enumerate(active or range(batch)) if not flags[i]]
+            current = active or list(range(batch))
+            keep = [j for j, i in enumerate(current) if not flags[i]]
+            if drops and len(keep) < len(current):
                 index = torch.tensor(keep, device=device)
                 cache.select_rows(index)
-                token, next_pos, attn, active = token[index], next_pos[index], attn[index], rows
+                token, next_pos, attn = token[index], next_pos[index], attn[index]
+                active = [current[j] for j in keep]
                 active_t = torch.tensor(active, device=device)
         ones = torch.ones(token.shape[0], 1, dtype=attn.dtype, device=device)
         attn = torch.cat([attn, ones], dim=-1)

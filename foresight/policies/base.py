@@ -137,10 +137,6 @@ class EntryState:
         for name, t in self.tensors[layer_idx].items():
             self.tensors[layer_idx][name] = t.gather(-1, keep)
 
-    def select_rows(self, rows: torch.Tensor) -> None:
-        """Keep batch rows ``rows`` of every tensor."""
-        self.tensors = [{name: t.index_select(0, rows) for name, t in layer.items()} for layer in self.tensors]
-
 
 def require_cache(policy: "EvictionPolicy", budget: int | None, interval: int | None) -> None:
     """:meth:`EvictionPolicy.check_cache` for jobs that check every policy before any compute or output: the

@@ -61,6 +61,14 @@ class CAOTEPolicy(EvictionPolicy):
         """Held decode steps, all layers at once, when the inner policy takes them so (h2o, tova and snapkv do)."""
         return bool(getattr(self.inner, "observes_layers", False))
 
+    @property
+    def selects_rows(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner, "selects_rows", False))
+
+    def select_rows(self, rows):
+        self.inner.select_rows(rows)
+        self._out = [None if out is None else out.index_select(0, rows) for out in self._out]
+
     def config(self) -> dict:
         return {"inner": self.inner.name, "inner_kwargs": self.inner.config()}
 

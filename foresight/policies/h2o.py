@@ -55,8 +55,7 @@ class H2OPolicy(EvictionPolicy):
         self._n = [0] * num_layers
 
     def select_rows(self, rows):
-        self.state.select_rows(rows)
-        if self._acc is not None:
+        if self._acc is not None:  # the state's tensors are views of it
             self._acc = self._acc.index_select(1, rows)
             for layer, have in enumerate(self._n):
                 self.state.set(layer, "acc", self._acc[layer, ..., :have])

@@ -84,6 +84,7 @@ class LazyEvictionPolicy(EvictionPolicy):
 
     name = "lazy"
     per_layer = True
+    selects_rows = True
     observes = True
     observes_layers = True
     alpha: float = 1e-4
@@ -121,6 +122,17 @@ class LazyEvictionPolicy(EvictionPolicy):
         self._last: torch.Tensor | None = None
         self._mri: torch.Tensor | None = None
         self._n = [0] * num_layers
+
+    def select_rows(self, rows):
+        if self._last is not None:  # the state's tensors are views of them
+            self._last, self._mri = (buf.index_select(1, rows) for buf in (self._last, self._mri))
+            for layer, have in enumerate(self._n):
+                self.state.set(layer, "last", self._last[layer, ..., :have])
+                self.state.set(layer, "mri", self._mri[layer, ..., :have])
+        self._t = [None if t is None else t.index_select(0, rows) for t in self._t]
+        self._decoding = [None if d is None else d.index_select(0, rows) for d in self._decoding]
+        if self._prompt is not None:
+            self._prompt = self._prompt.index_select(0, rows)
 
     def observe(self, view):
         layer = view.layer_idx

@@ -148,8 +148,8 @@ def _policy(name: str, model, **kw):
 DROPPING = ["learned"] + [n for n in policy_names() if n not in ("full", "golden", "learned") and make_policy(n).selects_rows]
 
 
-def test_the_heuristics_and_learned_drop_rows():
-    assert {"h2o", "tova", "snapkv", "rkv", "streaming_llm", "keydiff", "learned"} <= set(DROPPING)
+def test_every_decode_policy_but_random_drops_rows():
+    assert set(DROPPING) == set(policy_names()) - {"full", "golden", "random"}
 
 
 @pytest.mark.parametrize("align", ["batch", "rows"])
@@ -167,6 +167,21 @@ def test_evicting_policies_drop_rows_with_the_same_tokens(tiny_llama, calls, mon
     monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
     whole = _generate(model, tok, eos, policy=_policy(name, model), **kw)
     assert not calls.counts
+    _same_evictions(dropped_log, calls.log)
+    assert dropped.token_ids == whole.token_ids
+
+
+@pytest.mark.parametrize("extra", [dict(protect_prompt=True), dict(sinks=2)])
+def test_a_protected_prompt_and_sinks_follow_the_rows(tiny_llama, calls, monkeypatch, extra):
+    """The protected prompt's per-row widths (a padded batch) and the sinks stay with their rows."""
+    model, tok = tiny_llama
+    eos = _common_token(model, tok)
+    kw = dict(budget=16, interval=4, align="batch", seed=[1, 2, 3, 4], **extra)
+    dropped = _generate(model, tok, eos, policy="h2o", **kw)
+    assert calls.counts and dropped.stats["evictions"] > 0
+    dropped_log = calls.restart()
+    monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
+    whole = _generate(model, tok, eos, policy="h2o", **kw)
     _same_evictions(dropped_log, calls.log)
     assert dropped.token_ids == whole.token_ids
 
