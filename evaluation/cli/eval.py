@@ -145,8 +145,10 @@ def run_fidelity(args) -> int:
     from foresight.policies import checked_policy
     from foresight.schedule import cache_config_arg
     from foresight.scorer import scorer_sha256
+    from golden.sharding import rank_world
     from golden.traces import load_traces
 
+    rank, world = rank_world()  # a launcher's environment (RANK/WORLD_SIZE): this rank replays its share of batches
     names = parse_policies(args.policies)
     budgets = parse_budgets(args.budget, args.interval)
     kwargs = policy_kwargs(args, names)
@@ -216,7 +218,13 @@ def run_fidelity(args) -> int:
         on_skip=on_skip,
         journal=journal,
         score_from=args.score_from,
+        rank=rank,
+        world_size=world,
     )
+    if world > 1:  # the results are written once, by a run in one process that finds every rank's batches
+        print(f"rank {rank}/{world}: my batches are journalled in {out}; once every rank is done, run the same "
+              "command in one process (without RANK/WORLD_SIZE) to write the results")
+        return 0
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))
     settings["skipped"] = skipped

@@ -347,6 +347,30 @@ def test_cli_writes_documented_outputs(trace_dir, tmp_path, capsys):
     assert "sinks" not in md
 
 
+def test_cli_ranks_journal_and_one_process_writes_the_unsharded_results(trace_dir, tmp_path, capsys, monkeypatch):
+    import evaluation.fidelity as fidelity
+
+    args = ["eval", "fidelity", "--model", "tiny-llama", "--traces", str(trace_dir), "--policies", "full,random,h2o",
+            "--budget", "24", "--interval", "8", "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    out = tmp_path / "two"
+    for rank in (1, 0):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        assert main([*args, "--out", str(out)]) == 0
+        assert f"rank {rank}/2: my batches are journalled" in capsys.readouterr().out
+        assert not (out / "fidelity.json").exists()  # the ranks write no results, the last one neither
+    assert sorted(f.name for f in out.glob("fidelity.partial*")) == ["fidelity.partial.rank0of2.jsonl",
+                                                                     "fidelity.partial.rank1of2.jsonl"]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setattr(fidelity, "replay", lambda *a, **k: pytest.fail("the run in one process replayed a batch"))
+    assert main([*args, "--out", str(out)]) == 0
+    records = [json.loads((d / "fidelity.json").read_text()) for d in (tmp_path / "one", out)]
+    assert records[0] == records[1] and len(records[0]) == 3
+    assert not list(out.glob("fidelity.partial*"))  # every rank's journal goes once the results are written
+
+
 def test_cli_score_from_puts_every_budget_on_the_same_positions(trace_dir, tmp_path):
     """--score-from 56 (the larger B + W): both budgets score the same positions, the same count of them."""
     out = tmp_path / "fid"
