@@ -16,11 +16,12 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
-# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone, measured stage by stage): split and
-# held-out traces 4 min, the 336 training traces 23 min, golden labels 4 min, SL features 8 min, each DAgger round's
-# recording 7.5-9 min (measured before these replays skipped the LM head, which made feature extraction 1.18x faster)
-# and each training 2-4.5 min (round 0: 124 s for 2,400 steps), train e2e 15 min on one thread (two threads: 1.27x
-# faster on 8 steps), the benchmark 10 min on two ranks (20 min in one process). In all, about 1 h 35 min.
+# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone, measured stage by stage on two
+# machines, the second 1.1-1.6x slower by stage): split and held-out traces 3 min and the 336 training traces 21 min
+# (second machine; finished traces leave their batch, benchmarks/bench_trace.py), golden labels 4-5 min, SL features
+# 8-8.5 min, each DAgger round's recording 7.5-8.5 min and training 2-3.5 min (round 0: 2.1-3.4 min), train e2e
+# 12 min on two threads, the benchmark 10 min on two ranks. In all, about 1 h 25 min on the first machine and
+# 1 h 45 min on the second.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
