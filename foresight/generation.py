@@ -174,10 +174,10 @@ def generate(
     out = input_ids
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     eos_t = torch.tensor(sorted(eos), device=device) if eos else None
-    # the rows still decoded (None: all): finished rows leave the batch when the cache can drop them and a row's
-    # tokens do not depend on the others' (greedy, or a generator per row)
+    # finished rows leave the batch when the cache can drop them and a row's tokens do not depend on the others'
+    # (greedy, or a generator per row)
     drops = eos_t is not None and cache.selects_rows and (not do_sample or row_gens is not None)
-    active: list[int] | None = None
+    active: list[int] | None = None  # the rows still decoded (None: all)
     active_t: torch.Tensor | None = None  # the same, on the device
     bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
     for step in range(max_new_tokens):
