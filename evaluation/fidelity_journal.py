@@ -88,6 +88,13 @@ def remove_journal(path: str | Path) -> None:
         f.unlink(missing_ok=True)
 
 
+def rank_done_note(rank: int, world_size: int, out: str | Path) -> str:
+    """What a rank of a sharded evaluation prints when its share is journalled in ``out``: the results are written
+    once, by the same command run in one process, which finds every rank's batches."""
+    return (f"rank {rank}/{world_size}: my batches are journalled in {out}; once every rank is done, run the same "
+            "command in one process (without RANK/WORLD_SIZE) to write the results")
+
+
 class FidelityJournal:
     """The journal at ``path`` for the evaluation ``identity`` (a JSON-able dict), written by ``rank`` of
     ``world_size``; ``done`` maps the first trace index of every finished batch, of any rank's file, to its record."""
@@ -150,5 +157,5 @@ class FidelityJournal:
         self.done[int(record["start"])] = record
 
 
-__all__ = ["FORMAT", "FidelityJournal", "journal_files", "policy_digest", "rank_path", "record_checksum",
-           "remove_journal", "tokens_digest", "weights_digest"]
+__all__ = ["FORMAT", "FidelityJournal", "journal_files", "policy_digest", "rank_done_note", "rank_path",
+           "record_checksum", "remove_journal", "tokens_digest", "weights_digest"]

@@ -111,10 +111,7 @@ class FeatureExtractor:
             stacked = getattr(self, "_" + name)
             if stacked is None:
                 continue
-            stacked = stacked.index_select(1, rows)
-            setattr(self, "_" + name, stacked)
-            for i, st in enumerate(self._layers):
-                setattr(st, name, stacked[i])
+            self._attach(name, stacked.index_select(1, rows))
         for st in self._layers:
             st.cum, st.dec = (None if t is None else t.index_select(0, rows) for t in (st.cum, st.dec))
 
@@ -125,11 +122,15 @@ class FeatureExtractor:
             return
         b, hq, _, d = query.shape
         n_layers, r = len(self._layers), self.history
-        self._queries = query.new_zeros(n_layers, b, hq, r, d, dtype=torch.float32)
-        self._query_pos = torch.zeros(n_layers, b, r, dtype=torch.long, device=query.device)
-        self._query_ok = torch.zeros(n_layers, b, r, dtype=torch.bool, device=query.device)
+        self._attach("queries", query.new_zeros(n_layers, b, hq, r, d, dtype=torch.float32))
+        self._attach("query_pos", torch.zeros(n_layers, b, r, dtype=torch.long, device=query.device))
+        self._attach("query_ok", torch.zeros(n_layers, b, r, dtype=torch.bool, device=query.device))
+
+    def _attach(self, name: str, stacked: torch.Tensor) -> None:
+        """Make ``stacked`` (L, ...) the storage ``_<name>``; each layer's state ``name`` is its slice."""
+        setattr(self, "_" + name, stacked)
         for i, st in enumerate(self._layers):
-            st.queries, st.query_pos, st.query_ok = self._queries[i], self._query_pos[i], self._query_ok[i]
+            setattr(st, name, stacked[i])
 
     def _newest_slots(self, head: int, q: int, device) -> torch.Tensor:
         """Ring slots of the newest ``min(q, R)`` of ``q`` queries arriving after ``head`` queries, oldest first."""
@@ -162,9 +163,7 @@ class FeatureExtractor:
             old = getattr(self, "_" + name)
             if old is not None:
                 buf[..., :cap] = old
-            setattr(self, "_" + name, buf)
-            for i, st in enumerate(self._layers):
-                setattr(st, name, buf[i])
+            self._attach(name, buf)
 
     def _recur(self, last: torch.Tensor, mri: torch.Tensor, probs: torch.Tensor, mask, positions, have: int,
                query_positions: torch.Tensor) -> None:

@@ -179,6 +179,7 @@ def generate(
     drops = eos_t is not None and cache.selects_rows and (not do_sample or row_gens is not None)
     active: list[int] | None = None  # the rows still decoded (None: all)
     active_t: torch.Tensor | None = None  # the same, on the device
+    ones = torch.ones(batch, 1, dtype=attn.dtype, device=device)
     bar = tqdm(total=max_new_tokens, desc=f"generate[{policy.name}]", disable=not progress, leave=False)
     for step in range(max_new_tokens):
         scores = logits[:, -1, :].float()
@@ -212,10 +213,9 @@ def generate(
             if drops and len(keep) < len(current):
                 index = torch.tensor(keep, device=device)
                 cache.select_rows(index)
-                token, next_pos, attn = token[index], next_pos[index], attn[index]
+                token, next_pos, attn, ones = token[index], next_pos[index], attn[index], ones[index]
                 active = [current[j] for j in keep]
                 active_t = torch.tensor(active, device=device)
-        ones = torch.ones(token.shape[0], 1, dtype=attn.dtype, device=device)
         attn = torch.cat([attn, ones], dim=-1)
         logits = forward_logits(model, cache, token[:, None], next_pos[:, None], attn)
         next_pos = next_pos + 1

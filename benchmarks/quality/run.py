@@ -32,7 +32,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evaluation.fidelity import evaluate_fidelity  # noqa: E402
-from evaluation.fidelity_journal import journal_files, remove_journal  # noqa: E402
+from evaluation.fidelity_journal import journal_files, rank_done_note, remove_journal  # noqa: E402
 from evaluation.policies import golden_factory, make_factory  # noqa: E402
 from foresight.cli.args import parse_policy_args  # noqa: E402
 from evaluation.quality import REFERENCES, quality_markdown, quality_summary  # noqa: E402
@@ -229,8 +229,7 @@ def main(argv=None) -> int:
             summaries.append(quality_summary(records, stages, seed=args.seed))
             raw.extend(records)
     if world > 1:  # the results are written once, by a run in one process that finds every rank's batches
-        print(f"rank {rank}/{world}: my batches are journalled in {out}; once every rank is done, run the same "
-              "command in one process (without RANK/WORLD_SIZE) to write the results")
+        print(rank_done_note(rank, world, out))
         return 0
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model": args.model, "traces": args.traces,

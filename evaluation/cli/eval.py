@@ -136,7 +136,7 @@ def run_fidelity(args) -> int:
 
     import foresight
     from evaluation.fidelity import evaluate_fidelity
-    from evaluation.fidelity_journal import remove_journal
+    from evaluation.fidelity_journal import rank_done_note, remove_journal
     from evaluation.policies import (check_requirements, golden_factory, make_factory, parse_budgets,
                                      parse_policies)
     from evaluation.report import FIDELITY_OUTPUT, write_fidelity_outputs
@@ -222,8 +222,7 @@ def run_fidelity(args) -> int:
         world_size=world,
     )
     if world > 1:  # the results are written once, by a run in one process that finds every rank's batches
-        print(f"rank {rank}/{world}: my batches are journalled in {out}; once every rank is done, run the same "
-              "command in one process (without RANK/WORLD_SIZE) to write the results")
+        print(rank_done_note(rank, world, out))
         return 0
     if not records:
         raise ForesightError("nothing evaluated: " + "; ".join(skipped))

@@ -55,10 +55,14 @@ class H2OPolicy(EvictionPolicy):
         self._n = [0] * num_layers
 
     def select_rows(self, rows):
-        if self._acc is not None:  # the state's tensors are views of it
-            self._acc = self._acc.index_select(1, rows)
-            for layer, have in enumerate(self._n):
-                self.state.set(layer, "acc", self._acc[layer, ..., :have])
+        if self._acc is not None:
+            self._attach(self._acc.index_select(1, rows))
+
+    def _attach(self, acc: torch.Tensor) -> None:
+        """Make ``acc`` (L, b, Hkv, capacity) the buffer; the state's tensors are views of it."""
+        self._acc = acc
+        for layer, have in enumerate(self._n):
+            self.state.set(layer, "acc", acc[layer, ..., :have])
 
     def _received(self, p):
         """Attention each entry received from a step: (..., Hkv, G, q, n) probabilities -> (..., Hkv, n)."""
@@ -75,9 +79,7 @@ class H2OPolicy(EvictionPolicy):
         grown = like.new_zeros(len(self._n), *like.shape[:2], max(n, 2 * cap, 64))
         if acc is not None:
             grown[..., :cap] = acc
-        self._acc = grown
-        for layer, have in enumerate(self._n):
-            self.state.set(layer, "acc", grown[layer, ..., :have])
+        self._attach(grown)
 
     def observe(self, view):
         a = self._received(view.probs)  # (b, Hkv, n)

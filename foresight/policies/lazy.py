@@ -124,11 +124,8 @@ class LazyEvictionPolicy(EvictionPolicy):
         self._n = [0] * num_layers
 
     def select_rows(self, rows):
-        if self._last is not None:  # the state's tensors are views of them
-            self._last, self._mri = (buf.index_select(1, rows) for buf in (self._last, self._mri))
-            for layer, have in enumerate(self._n):
-                self.state.set(layer, "last", self._last[layer, ..., :have])
-                self.state.set(layer, "mri", self._mri[layer, ..., :have])
+        if self._last is not None:
+            self._attach(self._last.index_select(1, rows), self._mri.index_select(1, rows))
         self._t = [None if t is None else t.index_select(0, rows) for t in self._t]
         self._decoding = [None if d is None else d.index_select(0, rows) for d in self._decoding]
         if self._prompt is not None:
@@ -193,10 +190,14 @@ class LazyEvictionPolicy(EvictionPolicy):
         grown = [like.new_zeros(len(self._n), *like.shape[:2], max(n, 2 * cap, 64)) for _ in range(2)]
         if cur is not None:
             grown[0][..., :cap], grown[1][..., :cap] = self._last, self._mri
-        self._last, self._mri = grown
+        self._attach(*grown)
+
+    def _attach(self, last: torch.Tensor, mri: torch.Tensor) -> None:
+        """Make ``last`` and ``mri`` (L, b, Hkv, capacity) the buffers; the state's tensors are views of them."""
+        self._last, self._mri = last, mri
         for layer, have in enumerate(self._n):
-            self.state.set(layer, "last", self._last[layer, ..., :have])
-            self.state.set(layer, "mri", self._mri[layer, ..., :have])
+            self.state.set(layer, "last", last[layer, ..., :have])
+            self.state.set(layer, "mri", mri[layer, ..., :have])
 
     def _grow(self, layer: int, positions: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``last``/``mri`` over the cache's ``n`` entries, views of the layer's buffers (new entries:
