@@ -152,38 +152,36 @@ def test_every_decode_policy_but_random_drops_rows():
     assert set(DROPPING) == set(policy_names()) - {"full", "golden", "random"}
 
 
+def _drops_as_decoded_whole(model, tok, calls: Spy, monkeypatch, policy, prompts=PROMPTS, **kw) -> None:
+    """Generate with finished rows dropped, then with every row decoded to the end (``policy()`` builds the policy
+    each time): rows were dropped, evictions happened, and the tokens, scores and evictions are the same."""
+    eos = _common_token(model, tok, prompts)
+    kw = dict(budget=16, interval=4, seed=[1, 2, 3, 4], prompts=prompts, **kw)
+    dropped = _generate(model, tok, eos, policy=policy(), **kw)
+    assert calls.counts and dropped.stats["evictions"] > 0
+    dropped_log = calls.restart()
+    monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
+    whole = _generate(model, tok, eos, policy=policy(), **kw)
+    assert not calls.counts
+    _same_evictions(dropped_log, calls.log)
+    assert dropped.token_ids == whole.token_ids
+
+
 @pytest.mark.parametrize("align", ["batch", "rows"])
 @pytest.mark.parametrize("name", DROPPING)
 def test_evicting_policies_drop_rows_with_the_same_tokens(tiny_llama, calls, monkeypatch, name, align):
     """Every policy that says its state follows select_rows: the same tokens, evictions included, as with every row
     decoded to the end (prompts of several lengths in one padded batch, or groups of equal length)."""
     model, tok = tiny_llama
-    prompts = PROMPTS if align == "batch" else PAIRS
-    eos = _common_token(model, tok, prompts)
-    kw = dict(budget=16, interval=4, align=align, seed=[1, 2, 3, 4], prompts=prompts)
-    dropped = _generate(model, tok, eos, policy=_policy(name, model), **kw)
-    assert calls.counts and dropped.stats["evictions"] > 0
-    dropped_log = calls.restart()
-    monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
-    whole = _generate(model, tok, eos, policy=_policy(name, model), **kw)
-    assert not calls.counts
-    _same_evictions(dropped_log, calls.log)
-    assert dropped.token_ids == whole.token_ids
+    _drops_as_decoded_whole(model, tok, calls, monkeypatch, lambda: _policy(name, model),
+                            prompts=PROMPTS if align == "batch" else PAIRS, align=align)
 
 
 @pytest.mark.parametrize("extra", [dict(protect_prompt=True), dict(sinks=2)])
 def test_a_protected_prompt_and_sinks_follow_the_rows(tiny_llama, calls, monkeypatch, extra):
     """The protected prompt's per-row widths (a padded batch) and the sinks stay with their rows."""
     model, tok = tiny_llama
-    eos = _common_token(model, tok)
-    kw = dict(budget=16, interval=4, align="batch", seed=[1, 2, 3, 4], **extra)
-    dropped = _generate(model, tok, eos, policy="h2o", **kw)
-    assert calls.counts and dropped.stats["evictions"] > 0
-    dropped_log = calls.restart()
-    monkeypatch.setattr(BudgetedCache, "selects_rows", property(lambda self: False))
-    whole = _generate(model, tok, eos, policy="h2o", **kw)
-    _same_evictions(dropped_log, calls.log)
-    assert dropped.token_ids == whole.token_ids
+    _drops_as_decoded_whole(model, tok, calls, monkeypatch, lambda: make_policy("h2o"), align="batch", **extra)
 
 
 def test_select_rows_keeps_the_other_rows_logits(tiny_llama):
