@@ -33,7 +33,7 @@ from foresight.fingerprint import weights_dtype
 from foresight.models import model_fingerprint
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.policies.base import require_cache
-from foresight.runtime import CacheConfig, replay
+from foresight.runtime import CacheConfig, length_batches, replay
 
 #: ``factory(name, budget)`` builds the policy for one budget, or returns ``None`` to skip that combination
 #: (e.g. no golden labels for this budget).
@@ -56,9 +56,11 @@ class _Accumulator:
     per_trace_ratio: dict[str, float] = field(default_factory=dict)
     per_trace_ce: dict[str, list] = field(default_factory=dict)  # trace -> [summed CE, summed full-cache CE, positions]
 
-    def record(self, policy: str, budget: int, interval: int, extra: dict) -> dict:
+    def record(self, policy: str, budget: int, interval: int, extra: dict, order: Sequence[str]) -> dict:
+        """The (policy, budget) record; its per-trace fields list the traces in ``order``."""
         n = self.tokens
         nan = float("nan")
+        ratios = {t: self.per_trace_ratio[t] for t in order if t in self.per_trace_ratio}
         deltas = self.per_trace_delta
         se = pooled_delta_se(deltas)
         return {
@@ -74,10 +76,9 @@ class _Accumulator:
             "ce_full": self.ce_full / n if n else nan,
             "delta_ce_se": se,
             "traces": len(deltas),
-            "mean_trace_ratio": (sum(self.per_trace_ratio.values()) / len(self.per_trace_ratio)
-                                 if self.per_trace_ratio else nan),
-            "per_trace_ratio": dict(self.per_trace_ratio),
-            "per_trace_ce": dict(self.per_trace_ce),
+            "mean_trace_ratio": sum(ratios.values()) / len(ratios) if ratios else nan,
+            "per_trace_ratio": ratios,
+            "per_trace_ce": {t: self.per_trace_ce[t] for t in order if t in self.per_trace_ce},
             **extra,
         }
 
@@ -198,7 +199,8 @@ def evaluate_fidelity(
     sinks
         Never evict the first ``sinks`` positions.
     batch_size
-        Traces replayed together (and whose reference log-probs are held in memory together).
+        Traces replayed together (and whose reference log-probs are held in memory together), batched longest
+        first (:func:`~foresight.runtime.length_batches`: batches of similar lengths pad least).
     ref_dtype
         Storage dtype of the reference log-probs (fp32 default; bf16/fp16 halve the memory).
     journal
@@ -271,13 +273,18 @@ def evaluate_fidelity(
         check = getattr(pol, "check_traces", None)
         if callable(check):
             check(all_ids, [list(map(int, s)) for s in sequences], fp)
+    given = all_ids  # the records list traces in this order
+    if batch_size > 1:  # batches of similar lengths pad least; every result is keyed by trace id
+        order = [i for batch in length_batches(lengths, batch_size) for i in batch]
+        sequences, all_ids = [sequences[i] for i in order], [all_ids[i] for i in order]
     acc = {(name, b): _Accumulator() for name, b, _ in plan}
     lo = max(budgets[0] + interval, score_from)
     jr = None
     if journal is not None:
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
-            "batch_size": batch_size, "ref_dtype": str(ref_dtype), "score_from": score_from,
+            "batch_size": batch_size, "batches": "longest first", "ref_dtype": str(ref_dtype),
+            "score_from": score_from,
             **weights_dtype(model),  # the fingerprint names the model, not its precision
             "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]},
             rank, world_size)
@@ -353,7 +360,7 @@ def evaluate_fidelity(
             "score_from": max(b + interval, score_from),
             "policy_config": _jsonable(pol.config()),
         }
-        records.append(acc[(name, b)].record(name, b, interval, extra))
+        records.append(acc[(name, b)].record(name, b, interval, extra, given))
     return records
 
 

@@ -54,6 +54,7 @@ from tqdm.auto import tqdm
 
 from foresight.atomic import atomic_directory, atomic_write_text
 from foresight.errors import ForesightError
+from foresight.runtime import length_batches
 from foresight.scorer import Scorer
 from training import checkpoint as ckpt
 from training.digests import digest
@@ -128,8 +129,8 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
             if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
     bar = tqdm(total=len(todo), desc=f"dagger round {r}", unit="trace", disable=not (dist.is_main and todo),
                dynamic_ncols=True)
-    for s0 in range(0, len(todo), cfg.replay_batch_size):
-        part = todo[s0 : s0 + cfg.replay_batch_size]
+    for batch in length_batches([len(row["input_ids"]) for row in todo], cfg.replay_batch_size):
+        part = [todo[i] for i in batch]
         events = collect_onpolicy_events(
             task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
             task.feature_cache.extractor, task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed,

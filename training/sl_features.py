@@ -31,7 +31,7 @@ from foresight.errors import ForesightError
 from foresight.features import FEATURE_GROUPS, FeatureExtractor
 from foresight.policies import make_policy
 from foresight.policies.recorder import FeatureRecorder
-from foresight.runtime import replay
+from foresight.runtime import length_batches, replay
 from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
 from training.event_files import (RecordedEvents, check_free_space, concat_events, events_bytes, read_events,
@@ -138,8 +138,8 @@ class FeatureCache:
         todo = stale[dist.rank :: dist.world_size]
         bar = tqdm(total=len(todo), desc="features", unit="trace", disable=not (dist.is_main and todo),
                    dynamic_ncols=True)
-        for s0 in range(0, len(todo), batch_size):
-            part = todo[s0 : s0 + batch_size]
+        for batch in length_batches([len(r["input_ids"]) for r in todo], batch_size):
+            part = [todo[i] for i in batch]
             events = collect_events(
                 model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels, self.extractor,
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))

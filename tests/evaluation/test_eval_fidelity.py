@@ -662,3 +662,27 @@ def test_delta_ce_se_is_the_pooled_ratio_estimators_error():
     plain = (sum((x - m) ** 2 for x in means) / (len(means) - 1) / len(means)) ** 0.5
     assert pooled_delta_se(rows) == pytest.approx(plain)
     assert math.isnan(pooled_delta_se([(1.0, 10)]))
+
+
+def test_batches_are_formed_longest_first_and_records_keep_the_given_order(copy_model, copy_traces, monkeypatch):
+    """Traces are replayed in batches of similar lengths (the longest first), and the records list every trace in
+    the order given, with the values an unbatched evaluation gives."""
+    import evaluation.fidelity as fidelity
+
+    seqs = [copy_traces[0][:40], copy_traces[1], copy_traces[2][:50], copy_traces[3][:45]]
+    real, widths = fidelity.replay, []
+
+    def replay(model, batch, *args, **kwargs):
+        widths.append([len(s) for s in batch])
+        return real(model, batch, *args, **kwargs)
+
+    monkeypatch.setattr(fidelity, "replay", replay)
+    two = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=2,
+                            trace_ids=["a", "b", "c", "d"])[0]
+    assert widths == [[64, 50]] * 2 + [[45, 40]] * 2  # per batch: the full replay, then the policy's
+    monkeypatch.setattr(fidelity, "replay", real)
+    one = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=1,
+                            trace_ids=["a", "b", "c", "d"])[0]
+    assert list(two["per_trace_ratio"]) == list(two["per_trace_ce"]) == ["a", "b", "c", "d"]
+    assert list(two["per_trace_ratio"].values()) == pytest.approx(list(one["per_trace_ratio"].values()), rel=1e-5)
+    assert two["mean_trace_ratio"] == pytest.approx(one["mean_trace_ratio"], rel=1e-5)

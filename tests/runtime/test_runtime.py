@@ -313,3 +313,38 @@ def test_a_deep_copy_of_a_served_model_routes_its_own_attention():
     ref = foresight.replay(model, rows, "h2o", 16, 4)
     got = foresight.replay(twin, rows, "h2o", 16, 4)
     torch.testing.assert_close(got.ce, ref.ce, equal_nan=True)
+
+
+@pytest.mark.parametrize("lengths", [[5, 9, 5, 2, 9, 7, 1], [9, 1, 1, 1, 1, 1, 1], [3, 3, 3, 8, 1, 3, 3]])
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+def test_length_batches_partition_longest_first(lengths, size):
+    """Every index once, in the fewest batches of at most ``size`` (at most one short), non-increasing lengths
+    along the order, equal lengths in their given order; the padded tokens are the fewest of any batching into as
+    many batches (brute force over every order cut into batches)."""
+    from itertools import permutations
+
+    from foresight.runtime import length_batches
+
+    batches = length_batches(lengths, size)
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert len(batches) == -(-len(lengths) // size) and sum(len(b) < size for b in batches) <= 1
+    assert [lengths[i] for i in flat] == sorted(lengths, reverse=True)
+    for i, j in zip(flat, flat[1:]):  # ties keep their order
+        assert lengths[i] > lengths[j] or i < j
+
+    def padded(groups):
+        return sum(max(lengths[i] for i in g) * len(g) for g in groups)
+
+    def cut(order):  # full batches, the short one last: every partition into this many batches, up to their order
+        return [order[s:s + size] for s in range(0, len(order), size)]
+
+    assert padded(batches) == min(padded(cut(p)) for p in permutations(range(len(lengths))))
+
+
+def test_length_batches_refuses_an_empty_batch():
+    from foresight.runtime import length_batches
+
+    assert length_batches([], 4) == []
+    with pytest.raises(ValueError, match="batch size must be >= 1"):
+        length_batches([3], 0)

@@ -669,3 +669,34 @@ def test_writes_that_will_not_fit_on_the_disk_are_refused_before_any_work(data, 
     assert (round_dir(out, 1) / "summary.json").is_file() and not (round_dir(out, 2) / "rows").exists()
     free.update(calls=0, bytes=[10**12])  # space freed: --resume goes on at round 2
     assert run_sl(_cfg(data, out, dagger_rounds=2, steps=6), resume=True)["finished"]
+
+
+def test_replays_are_batched_by_length(data, tmp_path, monkeypatch):
+    """Feature extraction and a round's recording replay the traces in batches of similar lengths, longest first
+    (:func:`foresight.runtime.length_batches`), and record every trace once."""
+    import training.dagger as dagger_mod
+    import training.sl_features as features_mod
+    from foresight.runtime import length_batches
+    from training.sl import SLData
+
+    seen = {"features": [], "round": []}
+    for mod, name, key in ((features_mod, "collect_events", "features"),
+                           (dagger_mod, "collect_onpolicy_events", "round")):
+        real = getattr(mod, name)
+
+        def spy(model, sequences, *args, real=real, key=key, **kwargs):
+            seen[key].append([len(s) for s in sequences])
+            return real(model, sequences, *args, **kwargs)
+
+        monkeypatch.setattr(mod, name, spy)
+    cfg = _cfg(data, tmp_path / "run", dagger_rounds=1, dagger_beta=0.0, steps=2, replay_batch_size=2,
+               feature_cache=str(tmp_path / "features"))
+    split = SLData(cfg)
+    from training.sl import run_sl
+
+    run_sl(cfg)
+    every = [len(r["input_ids"]) for r in split.train_rows + split.val_rows]
+    train = [len(r["input_ids"]) for r in split.train_rows]
+    assert len(set(every)) > 2  # the test data's lengths differ, or the order would not matter
+    assert seen["features"] == [[every[i] for i in b] for b in length_batches(every, 2)]
+    assert seen["round"] == [[train[i] for i in b] for b in length_batches(train, 2)]
