@@ -15,13 +15,13 @@
 #   FEATURES=key,value,attn,age ROUNDS=2 bash benchmarks/quality/recipe.sh   # the post-RoPE-key recipe (post-RoPE
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
-# A DAgger round records packed rows of about 6.5 GB (B=128, 324 traces; `train sl` refuses a round that will not
-# fit, before any work). Stage times at B=64 with HELDOUT=48 (2-core CPU, alone, measured stage by stage on two
-# machines, the second 1.1-1.6x slower by stage): split and held-out traces 3 min and the 336 training traces 21 min
-# (second machine; finished traces leave their batch, benchmarks/bench_trace.py), golden labels 4-5 min, SL features
-# 8-8.5 min, each DAgger round's recording 7.5-8.5 min and training 2-3.5 min (round 0: 2.1-3.4 min), train e2e
-# 12 min on two threads, the benchmark 10 min on two ranks. In all, about 1 h 25 min on the first machine and
-# 1 h 45 min on the second.
+# A DAgger round records packed rows of about 9 GB at B=64 (6.5 GB at B=128; `train sl` refuses a round that will
+# not fit, before any work). Measured end to end at B=64 with HELDOUT=48 (2-core CPU, alone, 2026-12-07): 1 h 39 min.
+# Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished traces leave their batch,
+# benchmarks/bench_trace.py), golden labels 4.5 min, SL features 6.7 min, SL round 0 2.7 min, DAgger rounds 1-3
+# 6.1-6.3 min recording each (replays batched by length, benchmarks/bench_batching.py) and 3.1, 5.0 and 6.7 min
+# training (the aggregated rows outgrow the page cache of a 24 GB machine and are read from disk), train e2e 17 min
+# on two threads, the benchmark 9.5 min on two ranks.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
