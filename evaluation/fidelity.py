@@ -283,8 +283,8 @@ def evaluate_fidelity(
     if journal is not None:
         jr = FidelityJournal(journal, {
             "model": fp, "tokens": tokens_digest(all_ids, sequences), "interval": interval, "sinks": sinks,
-            "batch_size": batch_size, "batches": "longest first", "ref_dtype": str(ref_dtype),
-            "score_from": score_from,
+            "batch_size": batch_size, **({"batches": "longest first"} if batch_size > 1 else {}),
+            "ref_dtype": str(ref_dtype), "score_from": score_from,
             **weights_dtype(model),  # the fingerprint names the model, not its precision
             "plan": [[name, b, _jsonable(pol.config()), policy_digest(pol)] for name, b, pol in plan]},
             rank, world_size)

@@ -686,3 +686,21 @@ def test_batches_are_formed_longest_first_and_records_keep_the_given_order(copy_
     assert list(two["per_trace_ratio"]) == list(two["per_trace_ce"]) == ["a", "b", "c", "d"]
     assert list(two["per_trace_ratio"].values()) == pytest.approx(list(one["per_trace_ratio"].values()), rel=1e-5)
     assert two["mean_trace_ratio"] == pytest.approx(one["mean_trace_ratio"], rel=1e-5)
+
+
+def test_a_journal_of_trace_order_batches_is_refused(copy_model, copy_traces, tmp_path, monkeypatch):
+    """A journal whose batches were cut in trace order (written before batches went longest first) holds sums of
+    other batches: refused, naming the key, before anything is written."""
+    journal = tmp_path / "j.jsonl"
+    with monkeypatch.context() as m:
+        _crash_after(m, 2)
+        with pytest.raises(KeyboardInterrupt):
+            evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal, batch_size=2)
+    header, *rest = journal.read_text().splitlines()
+    head = json.loads(header)
+    assert head["identity"].pop("batches") == "longest first"
+    journal.write_text("\n".join([json.dumps(head), *rest]) + "\n")
+    before = journal.read_text()
+    with pytest.raises(ForesightError, match=r"\(batches differs\)"):
+        evaluate_fidelity(copy_model, copy_traces, ["random"], [12], 4, journal=journal, batch_size=2)
+    assert journal.read_text() == before
