@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import foresight
 from tests.conftest import load_script
 from tests.training.test_sl import B, W, _make_data
@@ -22,7 +24,5 @@ def test_both_batchings_record_the_same_features_on_a_tiny_model(tmp_path, capsy
             or line.startswith("| DAgger")}
     assert set(rows) == {"| SL features", "| DAgger round 1"}
     assert float(rows["| SL features"][4]) < 1e-3 and rows["| SL features"][5].startswith("5 / 5")
-    import json
-
     rec = json.loads((tmp_path / "out.json").read_text())
     assert rec["traces"] == 5 and rec["padded_tokens"]["by length"] <= rec["padded_tokens"]["trace order"]
