@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -156,11 +157,6 @@ class _CompareHook:
         self.count += mask.sum(-1).double().cpu()
 
 
-def _batches(n: int, size: int):
-    for start in range(0, n, size):
-        yield start, min(start + size, n)
-
-
 def evaluate_fidelity(
     model,
     sequences: Sequence[Sequence[int]],
@@ -274,9 +270,13 @@ def evaluate_fidelity(
         if callable(check):
             check(all_ids, [list(map(int, s)) for s in sequences], fp)
     given = all_ids  # the records list traces in this order
-    if batch_size > 1:  # batches of similar lengths pad least; every result is keyed by trace id
-        order = [i for batch in length_batches(lengths, batch_size) for i in batch]
-        sequences, all_ids = [sequences[i] for i in order], [all_ids[i] for i in order]
+    # batches of similar lengths pad least (one trace a batch: the given order); every result is keyed by trace id.
+    # The sequences are put in batch order, batch k being sequences[s0:s1] of spans[k].
+    batches = length_batches(lengths, batch_size) if batch_size > 1 else [[i] for i in range(len(sequences))]
+    order = [i for batch in batches for i in batch]
+    sequences, all_ids = [sequences[i] for i in order], [all_ids[i] for i in order]
+    ends = list(accumulate(len(batch) for batch in batches))
+    spans = list(zip([0, *ends[:-1]], ends))
     acc = {(name, b): _Accumulator() for name, b, _ in plan}
     lo = max(budgets[0] + interval, score_from)
     jr = None
@@ -291,12 +291,12 @@ def evaluate_fidelity(
     device = model.device
     pad = 0
 
-    shown = sum(s1 - s0 for k, (s0, s1) in enumerate(_batches(len(sequences), batch_size))
+    shown = sum(s1 - s0 for k, (s0, s1) in enumerate(spans)
                 if k % world_size == rank or (jr is not None and s0 in jr.done))  # this rank's and those done
     outer = tqdm(total=shown, desc="fidelity" if world_size == 1 else f"fidelity[rank {rank}/{world_size}]",
                  disable=not progress)
     others = []  # batches of other ranks, not journalled yet
-    for k, (s0, s1) in enumerate(_batches(len(sequences), batch_size)):
+    for k, (s0, s1) in enumerate(spans):
         if jr is not None and s0 in jr.done:  # finished before a crash: the same sums, in the same order
             _check_batch(jr.done[s0], all_ids[s0:s1], plan, journal)
             _add_batch(acc, jr.done[s0])
@@ -346,7 +346,7 @@ def evaluate_fidelity(
         if any(s0 not in jr.done for s0 in others):
             return None
         acc = {key: _Accumulator() for key in acc}  # every batch journalled: summed again in batch order
-        for s0, s1 in _batches(len(sequences), batch_size):
+        for s0, s1 in spans:
             if s0 in jr.done:  # too short to score: in no journal, as in no sum
                 _check_batch(jr.done[s0], all_ids[s0:s1], plan, journal)
                 _add_batch(acc, jr.done[s0])

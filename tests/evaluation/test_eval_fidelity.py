@@ -665,11 +665,13 @@ def test_delta_ce_se_is_the_pooled_ratio_estimators_error():
 
 
 def test_batches_are_formed_longest_first_and_records_keep_the_given_order(copy_model, copy_traces, monkeypatch):
-    """Traces are replayed in batches of similar lengths (the longest first), and the records list every trace in
-    the order given, with the values an unbatched evaluation gives."""
+    """Traces are replayed in batches of similar lengths (the longest first, the short batch where it pads least:
+    the batches of :func:`foresight.runtime.length_batches`), and the records list every trace in the order given,
+    with the values an unbatched evaluation gives."""
     import evaluation.fidelity as fidelity
 
     seqs = [copy_traces[0][:40], copy_traces[1], copy_traces[2][:50], copy_traces[3][:45]]
+    ids = ["a", "b", "c", "d"]
     real, widths = fidelity.replay, []
 
     def replay(model, batch, *args, **kwargs):
@@ -677,13 +679,18 @@ def test_batches_are_formed_longest_first_and_records_keep_the_given_order(copy_
         return real(model, batch, *args, **kwargs)
 
     monkeypatch.setattr(fidelity, "replay", replay)
-    two = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=2,
-                            trace_ids=["a", "b", "c", "d"])[0]
+    two = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=2, trace_ids=ids)[0]
     assert widths == [[64, 50]] * 2 + [[45, 40]] * 2  # per batch: the full replay, then the policy's
+    # five traces in batches of two: the short batch between the full ones pads least (sorted runs of two, the
+    # short one last, would replay [64, 64], [60, 30], [30])
+    five, five_ids = [copy_traces[0][:30], copy_traces[1], copy_traces[2][:60], copy_traces[3][:30], copy_traces[0]], \
+        ["a", "b", "c", "d", "e"]
+    widths.clear()
+    evaluate_fidelity(copy_model, five, ["streaming_llm"], [12], 4, batch_size=2, trace_ids=five_ids)
+    assert widths == [[64, 64]] * 2 + [[60]] * 2 + [[30, 30]] * 2
     monkeypatch.setattr(fidelity, "replay", real)
-    one = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=1,
-                            trace_ids=["a", "b", "c", "d"])[0]
-    assert list(two["per_trace_ratio"]) == list(two["per_trace_ce"]) == ["a", "b", "c", "d"]
+    one = evaluate_fidelity(copy_model, seqs, ["streaming_llm"], [12], 4, batch_size=1, trace_ids=ids)[0]
+    assert list(two["per_trace_ratio"]) == list(two["per_trace_ce"]) == ids
     assert list(two["per_trace_ratio"].values()) == pytest.approx(list(one["per_trace_ratio"].values()), rel=1e-5)
     assert two["mean_trace_ratio"] == pytest.approx(one["mean_trace_ratio"], rel=1e-5)
 
