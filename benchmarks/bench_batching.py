@@ -23,19 +23,14 @@ import time
 
 import torch
 
-import foresight
-from foresight.config import positive_int
-from foresight.errors import ForesightError, OneLineParser, run_script
+from foresight.errors import OneLineParser, run_script
 from foresight.feature_groups import FEATURE_GROUPS, feature_columns
 from foresight.features import FeatureExtractor
-from foresight.output_paths import check_output_file
 from foresight.runtime import length_batches
-from foresight.schedule import cache_config_arg
-from foresight.scorer import Scorer
-from golden.labels import check_labels_match, load_labels
-from golden.traces import load_traces
 from training.onpolicy import collect_onpolicy_events
 from training.sl_features import collect_events
+
+from recording_inputs import add_arguments, load_inputs  # benchmarks/recording_inputs.py
 
 ORDERS = ("trace order", "by length")
 JOBS = ("SL features", "DAgger round 1")
@@ -48,34 +43,11 @@ def trace_order(n: int, size: int) -> list[list[int]]:
 
 def main(argv=None) -> int:
     ap = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--traces", required=True, help="a `foresight trace` directory")
-    ap.add_argument("--labels", required=True, help="the `foresight golden` directory of those traces at B/W")
-    ap.add_argument("--scorer", default="smollm2-135m-b64-w16", help="the scorer of the DAgger round's rollouts")
-    ap.add_argument("--limit", type=positive_int, default=24, help="the first N labelled traces by id (default 24)")
-    ap.add_argument("--budget", type=positive_int, default=64)
-    ap.add_argument("--interval", type=positive_int, default=16)
-    ap.add_argument("--batch-size", type=positive_int, default=4)
-    ap.add_argument("--repeats", type=positive_int, default=1)
-    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
-    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    add_arguments(ap, "the scorer of the DAgger round's rollouts")
     args = ap.parse_args(argv)
-    check_output_file(args.json, "--json")
-    cfg = cache_config_arg(args.budget, args.interval)
-    b, w = cfg.budget, cfg.interval
-    torch.set_num_threads(args.threads)
-    labels = load_labels(args.labels, complete=True)
-    rows = sorted((r for r in load_traces(args.traces) if r["trace_id"] in labels),
-                  key=lambda r: r["trace_id"])[: args.limit]
-    if not rows:
-        raise ForesightError(f"--traces {args.traces}: no finished trace has labels in {args.labels}")
-    scorer = Scorer.from_pretrained(args.scorer).eval()
-    model, _ = foresight.load_model(args.model)
-    check_labels_match(labels, model, b, w)
-    scorer.check_compatible(foresight.model_fingerprint(model))
-    fp = scorer.config.fingerprint
-    columns = torch.tensor(feature_columns(scorer.config.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
-                                           fp["num_heads"] // fp["num_kv_heads"]))
+    inp = load_inputs(args)
+    rows, labels, scorer, model, b, w = inp.rows, inp.labels, inp.scorer, inp.model, inp.budget, inp.interval
+    columns = torch.tensor(feature_columns(scorer.config.feature_set, tuple(FEATURE_GROUPS), *inp.dims))
     lengths = [len(r["input_ids"]) for r in rows]
     batchings = {"trace order": trace_order(len(rows), args.batch_size),
                  "by length": length_batches(lengths, args.batch_size)}

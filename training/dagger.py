@@ -54,6 +54,7 @@ from tqdm.auto import tqdm
 
 from foresight.atomic import atomic_directory, atomic_write_text
 from foresight.errors import ForesightError
+from foresight.feature_groups import feature_columns
 from foresight.runtime import length_batches
 from foresight.scorer import Scorer
 from training import checkpoint as ckpt
@@ -65,7 +66,7 @@ from training.out_dir import FEATURES, make_out_dir, refuse_fresh as refuse_earl
 from training.event_files import (check_free_space, concat_events, events_bytes, join_events, load_events,
                                   repack_events, save_events, saved_metadata)
 from training.onpolicy import ROWS_FORMAT, collect_onpolicy_events
-from training.packed_events import PACKED_LAYOUT
+from training.packed_events import PACKED_LAYOUT, recorded_groups
 from training.settings_check import check_settings, plain
 
 ROUNDS = "rounds"
@@ -111,6 +112,13 @@ def _dims(task) -> tuple[int, int]:
     return int(task.scorer_config.fingerprint["head_dim"]), task.scorer_config.num_groups
 
 
+def _groups(cfg) -> tuple[str, ...]:
+    """The feature groups a round's rows hold: the scorer's (in ``FEATURE_GROUPS`` order). The rows are this scorer's
+    trajectory, of no use to another feature set, so unlike the feature cache they skip the other groups: their
+    columns, and their computation (the recency state, the query ring)."""
+    return recorded_groups(cfg.feature_set)
+
+
 def _repack_rows(task, cfg, dist, rounds) -> None:
     """Rewrite, packed, the rows files of ``rounds`` still in the dense layout of earlier versions (each rank its
     share; :func:`training.packed_events.pack` checks that the features are unchanged). No replay."""
@@ -125,6 +133,8 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
     """Rows of round ``r`` for every training trace (each rank its share; existing files are kept)."""
     check_disk(task, cfg, [r])  # again: the disk may have filled since the run started
     scorer = Scorer.from_pretrained(round_dir(cfg.out_dir, r - 1) / "scorer").eval()
+    groups = _groups(cfg)
+    columns = torch.tensor(feature_columns(cfg.feature_set, groups, *_dims(task)))  # the scorer's, of the rows'
     todo = [row for row in task.train_rows[dist.rank :: dist.world_size]
             if not rows_file(cfg.out_dir, r, row["trace_id"]).exists()]
     bar = tqdm(total=len(todo), desc=f"dagger round {r}", unit="trace", disable=not (dist.is_main and todo),
@@ -133,10 +143,10 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
         part = [todo[i] for i in batch]
         events = collect_onpolicy_events(
             task.model, [row["input_ids"] for row in part], [row["trace_id"] for row in part], task.labels, scorer,
-            task.feature_cache.extractor, task.columns, cfg.budget, cfg.interval, r, beta, cfg.seed,
+            lambda: task.feature_cache.extractor(groups), columns, cfg.budget, cfg.interval, r, beta, cfg.seed,
             getattr(torch, cfg.feature_dtype), len(part), cfg.dagger_temperature)
         for ev in events:
-            save_events(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task), ROWS_FORMAT)
+            save_events(rows_file(cfg.out_dir, r, ev.trace_id), ev, *_dims(task), ROWS_FORMAT, groups=groups)
         bar.update(len(part))
     bar.close()
     barrier()
@@ -144,17 +154,17 @@ def _record_round(task, cfg, dist, r: int, beta: float) -> None:
 
 def rows_bytes(task, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
     """``(bytes, traces)`` that the rows of ``rounds`` still to record will take (``reuse``: files already there
-    are kept and cost nothing): a trace's rows have its labels' events with the candidates and feature columns
-    (every group, packed) of its golden rows (:func:`training.event_files.events_bytes`)."""
+    are kept and cost nothing): a trace's rows have its labels' events with the candidates of its golden rows and the
+    feature columns of the scorer's groups, packed (:func:`training.event_files.events_bytes`)."""
     dtype = getattr(torch, cfg.feature_dtype)
     todo = [row["trace_id"] for r in rounds for row in task.train_rows
             if not (reuse and rows_file(cfg.out_dir, r, row["trace_id"]).exists())]
-    return sum(events_bytes(task.labels[t], *_dims(task), dtype) for t in todo), len(todo)
+    return sum(events_bytes(task.labels[t], *_dims(task), dtype, _groups(cfg)) for t in todo), len(todo)
 
 
 def check_disk(task, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
-    each round's rows take about as much as the feature cache."""
+    each round's rows take up to as much as the feature cache (as much with every feature group)."""
     per_round = {r: rows_bytes(task, cfg, [r], reuse) for r in rounds}
     rounds = [r for r, (_, traces) in per_round.items() if traces]  # those with rows still to record
     need = sum(n for n, _ in per_round.values())

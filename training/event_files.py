@@ -1,8 +1,8 @@
 """One trace's recorded events and their file: the type that the feature cache and DAgger's rows share.
 
 Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory,
-the same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features of
-every feature group (E, L, Hkv, C, D), its foresight value α, whether the oracle evicts it from *this* cache, and
+the same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features
+(E, L, Hkv, C, D; of every feature group in the feature cache, of the scorer's in DAgger's rows), its foresight value α, whether the oracle evicts it from *this* cache, and
 its position. :class:`RecordedEvents` holds one trace's; :func:`save_events` writes them packed
 (:mod:`training.packed_events`) and atomically, :func:`load_events` reads them back memory-mapped
 (:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the earlier dense
@@ -27,14 +27,14 @@ from foresight.errors import ForesightError
 from foresight.safetensors_file import save_safetensors
 from golden.labels import TraceLabels
 from training.mapped_events import EventRows, map_safetensors
-from training.packed_events import PACKED_LAYOUT, PackedPart, mapped_features, pack, packed_bytes
+from training.packed_events import ALL_GROUPS, PackedPart, layout_metadata, mapped_features, pack, packed_bytes
 
 TARGETS = ("alpha", "evicted", "positions")
 
 
 @dataclass
 class RecordedEvents:
-    """One trace's recorded events: features (E, L, Hkv, C, D) of every feature group, α of the candidates, the
+    """One trace's recorded events: features (E, L, Hkv, C, D) of the recorded feature groups, α of the candidates, the
     oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C). ``features`` is a dense
     tensor as recorded, or a :class:`~training.packed_events.PackedPart` as read from a packed file
     (``EventRows([ev.features])[:]`` is the dense tensor either way)."""
@@ -55,16 +55,16 @@ def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: i
 
 
 def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str,
-                metadata: dict[str, str] | None = None) -> None:
-    """Write ``ev`` (dense features) packed, atomically (:func:`~foresight.atomic.atomic_file`: a killed run never
+                metadata: dict[str, str] | None = None, groups=ALL_GROUPS) -> None:
+    """Write ``ev`` (dense features of ``groups``, in ``FEATURE_GROUPS`` order) packed, atomically (:func:`~foresight.atomic.atomic_file`: a killed run never
     leaves a torn file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any
     such keys in it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`):
     identical runs write identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = pack(ev.features, ev.positions, head_dim, num_groups)
+    tensors = pack(ev.features, ev.positions, head_dim, num_groups, groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
                    positions=ev.positions.contiguous())
-    layout = {"layout": PACKED_LAYOUT, "head_dim": str(head_dim), "num_groups": str(num_groups)}
+    layout = layout_metadata(head_dim, num_groups, groups)
     with atomic_file(path) as tmp:
         save_safetensors(tensors, tmp, metadata={**(metadata or {}), "format": fmt, "trace_id": ev.trace_id,
                                                  **layout})
@@ -128,6 +128,13 @@ def concat_events(evs: list[RecordedEvents], columns: torch.Tensor | None) -> di
     those events; nothing is concatenated in memory); None if none."""
     if not evs:
         return None
+    for e in evs:
+        try:
+            if isinstance(e.features, PackedPart):
+                e.features.check(columns)
+        except ValueError as exc:
+            raise ForesightError(f"the recorded events of trace {e.trace_id!r} lack the columns asked for: {exc}; "
+                                 "record them again with this feature set") from None
     out = {name: EventRows([getattr(e, name) for e in evs]) for name in TARGETS}
     out["features"] = EventRows([e.features for e in evs], columns)
     return out
@@ -139,9 +146,9 @@ def join_events(parts: list[dict]) -> dict:
     return {name: EventRows.cat([p[name] for p in parts]) for name in (*TARGETS, "features")}
 
 
-def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype) -> int:
+def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype, groups=ALL_GROUPS) -> int:
     """Bytes of the tensors that one trace's recorded events take in its file (:func:`save_events`): at each of the
-    labels' events every (layer, KV head, candidate) has its per-event feature columns in ``dtype``, a float32 α, a
+    labels' events every (layer, KV head, candidate) has its per-event feature columns (of ``groups``) in ``dtype``, a float32 α, a
     uint8 evict flag and an int32 position; the static tables span every position up to the last event's newest
     candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
     if not labels.events:
@@ -149,7 +156,7 @@ def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: tor
     cells = sum(ev.candidates.numel() for ev in labels.events)
     layers, heads = labels.events[0].candidates.shape[:2]
     last = max(int(ev.candidates.max()) for ev in labels.events) + 1
-    return packed_bytes(cells, layers * heads * last, head_dim, num_groups, dtype) + cells * (4 + 1 + 4)
+    return packed_bytes(cells, layers * heads * last, head_dim, num_groups, dtype, groups) + cells * (4 + 1 + 4)
 
 
 def check_free_space(where: str | Path, need: int, what: str, remedy: str) -> None:

@@ -6,8 +6,8 @@ scorer acts: its top-k, or with ``temperature > 0`` its Plackett–Luce draw at 
 (:func:`foresight.sampling.sample_eviction`, the ``learned`` policy's ``selection=sample``), so a round can follow
 the trajectory of the selection the scorer is deployed with; :func:`expert_events` draws which acts, seeded. At
 every event it hands the candidates the cache holds, their features (one
-:class:`~foresight.features.FeatureExtractor` with every feature group, of which the scorer reads its own columns: the
-features the ``learned`` policy builds) and their α
+:class:`~foresight.features.FeatureExtractor` of the groups the round records, of which the scorer reads its own
+columns: the features the ``learned`` policy builds) and their α
 (:meth:`golden.labels.TraceLabels.alpha_at`) to :func:`collect_onpolicy_events`, which stacks them per trace into
 :class:`~training.event_files.RecordedEvents` (the feature cache's type; saved as :data:`ROWS_FORMAT` files by
 :func:`~training.event_files.save_events`). The round logic (aggregation, retraining, resume) is
@@ -68,8 +68,9 @@ RowHook = Callable[[int, Any, torch.Tensor, torch.Tensor, torch.Tensor], None]
 class MixturePolicy(EvictionPolicy):
     """π_r: per event the oracle (where ``expert[trace][event]``) or the scorer, over one extractor.
 
-    Not registered (it needs live objects). ``extractor`` computes every feature group once per event; the scorer
-    reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy builds.
+    Not registered (it needs live objects). ``extractor`` computes the recorded feature groups once per event; the
+    scorer reads its ``columns`` of them (the configured feature set), exactly the features the ``learned`` policy
+    builds.
     The scorer acts as the ``learned`` policy deploys it (a :class:`~foresight.policies.learned.LearnedPolicy` of
     the same scorer, built here, ranks and keeps for it): with ``temperature`` 0 its ``selection=topk`` with the
     defaults the scorer records (newcomer bonus, age prior, spread: none for a freshly distilled scorer, so plain
@@ -170,8 +171,8 @@ def collect_onpolicy_events(model, sequences, trace_ids, labels: dict, scorer, e
     (E, L, Hkv, C, D), α and the oracle's evict set for that cache, positions (one
     :class:`~training.event_files.RecordedEvents` per trace with events). ``labels`` maps trace id ->
     :class:`golden.labels.TraceLabels` (format /3); ``scorer`` None means the oracle acts at every event;
-    ``extractor_factory()`` returns a fresh full-feature-set extractor; ``temperature`` > 0 samples the scorer's
-    evictions (:class:`MixturePolicy`)."""
+    ``extractor_factory()`` returns a fresh extractor of the groups to record, of which ``columns`` are the scorer's
+    features; ``temperature`` > 0 samples the scorer's evictions (:class:`MixturePolicy`)."""
     num_layers = model.config.num_hidden_layers
     out = []
     for s0 in range(0, len(sequences), batch_size):

@@ -109,10 +109,11 @@ class FeatureCache:
         blob = json.dumps(key + extra, sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
 
-    def extractor(self) -> FeatureExtractor:
-        """A fresh extractor of every feature group with this cache's window and decay: the features its files hold,
-        and those DAgger's rollouts record beside them (:mod:`training.dagger`)."""
-        return FeatureExtractor(window=self.window, feature_set=tuple(FEATURE_GROUPS), decay=self.decay)
+    def extractor(self, groups=tuple(FEATURE_GROUPS)) -> FeatureExtractor:
+        """A fresh extractor with this cache's window and decay: of every feature group, the features its files hold,
+        or of ``groups``, those DAgger's rows record (:mod:`training.dagger`; the same columns, as groups are
+        computed independently)."""
+        return FeatureExtractor(window=self.window, feature_set=tuple(groups), decay=self.decay)
 
     def file(self, trace_id: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", trace_id)

@@ -231,8 +231,11 @@ TOPK_DEFAULTS = dict(newcomer_bonus=0.3, age_prior=0.3, spread=0.3)
 def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
     import datasets
 
+    from foresight.features import FEATURE_GROUPS
     from foresight.scorer import Scorer
     from training.dagger import round_dir
+    from training.mapped_events import EventRows
+    from training.packed_events import recorded_groups
 
     root, _, dag = runs
     out = root / "dagger"
@@ -250,9 +253,13 @@ def test_round1_rows_come_from_the_scorers_own_trajectory(data, runs):
         differs += int((rows.positions != golden).any(-1).sum())
         # the candidates are exactly those the learned policy's own cache holds at each event
         seen = _learned_trajectory(model, traces[tid], dict(scorer=scorer0))
+        # the rows hold the scorer's feature groups only, and those are the features the learned policy scores
+        assert rows.features.groups == recorded_groups(scorer0.config.feature_set) != tuple(FEATURE_GROUPS)
+        feats = EventRows([rows.features], _columns(model, scorer0))[:]
         for e in range(rows.positions.shape[0]):
             for layer in range(2):
                 assert torch.equal(rows.positions[e, layer], seen[(e, layer)][0].int())
+                assert torch.equal(feats[e, layer], seen[(e, layer)][1].to(feats.dtype))
         # labels: α of those candidates, recomputed by brute force from eager full attention
         ref, _ = naive_alpha(model, traces[tid], B, W)
         want = ref.gather(-1, rows.positions.long())
@@ -366,14 +373,13 @@ def test_init_scorer_fine_tunes_that_scorer_with_its_window_and_defaults(data, r
     cols = _columns(model, r0)
     for tid in json.loads((Path(cfg.out_dir) / "split.json").read_text())["train"]:
         rows = _rows(Path(cfg.out_dir), 1, tid)
-        feats = EventRows([rows.features])[:]
+        feats = EventRows([rows.features], cols)[:]
         seen = _learned_trajectory(model, traces[tid], dict(scorer=r0))
         for e in range(rows.positions.shape[0]):
             for layer in range(2):
                 pos, f = seen[(e, layer)]
                 assert torch.equal(rows.positions[e, layer], pos.int()), (tid, e, layer)
-                got = feats[e, layer].index_select(-1, cols).float()  # stored as float16
-                torch.testing.assert_close(got, f.to(feats.dtype).float(), atol=1e-3, rtol=1e-3)
+                assert torch.equal(feats[e, layer], f.to(feats.dtype)), (tid, e, layer)  # stored as float16
 
 
 @pytest.mark.parametrize("key,value", [("hidden", 8), ("decay", 0.5), ("feature_set", ["key", "value"])])

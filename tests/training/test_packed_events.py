@@ -66,6 +66,40 @@ def test_packed_events_read_back_as_the_recorded_features(recorded):
         assert size < e.features.numel() * 2
 
 
+@pytest.mark.parametrize("groups", [("value", "attn", "age", "prekey"), ("attn",), ("key", "recency", "query")])
+def test_a_file_of_some_groups_reads_their_columns_as_a_file_of_every_group(data, recorded, tmp_path, groups):
+    """DAgger's rows hold only the scorer's groups: saved and read back, their columns (addressed as those of the full
+    feature vector) equal the full file's bit for bit; a column of a group they lack is refused, naming it."""
+    from training.event_files import RecordedEvents, concat_events, events_bytes, load_events, save_events
+    from training.onpolicy import ROWS_FORMAT
+    from training.packed_events import recorded_groups
+
+    evs, d, g = recorded
+    ev = evs[1]
+    sub = recorded_groups(groups)
+    assert sub == tuple(x for x in ALL if x in groups)
+    dense = ev.features[..., feature_columns(sub, ALL, d, g)]  # what an extractor of those groups records
+    path = tmp_path / "sub.safetensors"
+    save_events(path, RecordedEvents(ev.trace_id, dense, ev.alpha, ev.evicted, ev.positions), d, g, ROWS_FORMAT,
+                groups=sub)
+    back = load_events(path, ROWS_FORMAT)
+    assert back.features.groups == sub
+    cols = torch.tensor(feature_columns(groups, ALL, d, g))
+    full = EventRows([ev.features], cols)
+    assert torch.equal(EventRows([back.features], cols)[:], full[:])
+    assert torch.equal(concat_events([back], cols)["features"][:], full[:])
+    raw = path.read_bytes()  # the estimate before recording is the bytes written
+    need = events_bytes(load_labels(data[1])[ev.trace_id], d, g, torch.float16, sub)
+    assert len(raw) - 8 - int.from_bytes(raw[:8], "little") == need
+    assert need < events_bytes(load_labels(data[1])[ev.trace_id], d, g, torch.float16)
+    lacking = next(x for x in ALL if x not in sub)
+    with pytest.raises(ForesightError, match=rf"trace '{ev.trace_id}' lack .*holds the feature groups "
+                                             rf"{', '.join(sub)}, not {lacking}"):
+        concat_events([back], torch.tensor(feature_columns((lacking,), ALL, d, g)))
+    with pytest.raises(ForesightError, match="must be in the order"):
+        pack(dense, ev.positions, d, g, tuple(reversed(sub)) if len(sub) > 1 else ("age", "key"))
+
+
 def test_an_entry_whose_static_columns_change_between_events_is_refused(recorded):
     evs, d, g = recorded
     ev = evs[0]
@@ -97,7 +131,9 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
 
     ref = run_sl(_cfg(data, tmp_path / "ref" / "run", dagger_rounds=1, dagger_beta=0.0, steps=4))
     out = tmp_path / "old" / "run"
-    first = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4))
+    with monkeypatch.context() as m:  # earlier versions' rows held every feature group, as the feature cache does
+        m.setattr(dagger, "_groups", lambda cfg: ALL)
+        first = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4))
     cache_files = sorted((out.parent / "features").glob("*/*.safetensors"))
     row_files = sorted(rows_file(out, 1, "x").parent.glob("*.safetensors"))
     assert cache_files and row_files
