@@ -13,7 +13,7 @@ from foresight.errors import ForesightError
 from foresight.output_paths import check_output_file
 from foresight.schedule import cache_config_arg
 from foresight.scorer import Scorer
-from golden.labels import check_labels_match, load_labels
+from golden.labels import check_labels_budget, check_labels_match, load_labels
 from golden.traces import load_traces
 
 
@@ -49,6 +49,7 @@ def load_inputs(args) -> RecordingInputs:
     cfg = cache_config_arg(args.budget, args.interval)
     torch.set_num_threads(args.threads)
     labels = load_labels(args.labels, complete=True)
+    check_labels_budget(labels, cfg.budget, cfg.interval)  # before the model loads
     rows = sorted((r for r in load_traces(args.traces) if r["trace_id"] in labels),
                   key=lambda r: r["trace_id"])[: args.limit]
     if not rows:

@@ -280,6 +280,14 @@ def check_labels_match(
         check_same_model(lab.fingerprint, fp, f"golden labels {lab.source or '(in memory)'} of trace "
                          f"{lab.trace_id!r}", fix="label the traces with this model (`foresight golden`)",
                          error=LabelMismatchError)
+        check_labels_budget([lab], budget, interval)
+
+
+def check_labels_budget(labels: TraceLabels | Mapping[str, TraceLabels] | Iterable[TraceLabels], budget: int,
+                        interval: int) -> None:
+    """Raise :class:`LabelMismatchError` unless every label was made at this B and W (needs no model: a check to make
+    before loading one)."""
+    for lab in _as_list(labels):
         if (lab.budget, lab.interval) != (budget, interval):
             raise LabelMismatchError(
                 f"golden labels {lab.source or '(in memory)'} of trace {lab.trace_id!r} were made for "

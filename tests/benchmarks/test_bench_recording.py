@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import foresight
 from tests.conftest import load_script
 from tests.training.test_sl import B, W, _make_data
@@ -46,3 +48,19 @@ def test_rows_of_the_scorers_groups_hold_its_columns_and_are_smaller(tmp_path, c
     assert "| scorer's groups | value,attn,age |" in out and "bit-identical: True; same caches on 5 / 5" in out
     assert rec["groups"]["scorer's groups"] == ["value", "attn", "age"] and rec["same_caches"] == 5
     assert 0 < rec["rows_bytes"]["scorer's groups"] < rec["rows_bytes"]["every group"]
+
+
+def test_labels_of_another_budget_are_refused_before_the_model_loads(tmp_path, monkeypatch):
+    from golden.labels import LabelMismatchError
+
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    traces, labels = _make_data(tmp_path, n=2, base_len=40)
+
+    def no_model(*a, **k):
+        raise AssertionError("the model must not load before the labels' B/W are checked")
+
+    monkeypatch.setattr(foresight, "load_model", no_model)
+    for script in ("bench_rows.py", "bench_batching.py"):
+        with pytest.raises(LabelMismatchError, match=rf"made for B={B}, W={W}, not B={2 * B}, W={W}"):
+            load_script(script).main(["--model", "tiny-llama", "--traces", str(traces), "--labels", str(labels),
+                                      "--budget", str(2 * B), "--interval", str(W)])
