@@ -100,7 +100,7 @@ class EventRows:
         out = torch.empty(len(idx), *self.shape[1:], dtype=self.dtype)
         for s in seg.unique().tolist():  # one read per trace, then each event back to its place
             where = (seg == s).nonzero().reshape(-1)
-            out[where] = self.parts[s].take(idx[where] - self.starts[s], self.columns)
+            out.index_copy_(0, where, self.parts[s].take(idx[where] - self.starts[s], self.columns))
         return out
 
     def dense_parts(self) -> list[torch.Tensor]:

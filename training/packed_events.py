@@ -119,7 +119,7 @@ class DensePart:
         """Every column is there (a dense part holds them all)."""
 
     def take(self, idx: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
-        x = self.features[idx]
+        x = self.features.index_select(0, idx)  # a fancy index of a mapped tensor is several times slower
         return x if columns is None else x.index_select(-1, columns)
 
 
@@ -160,9 +160,10 @@ class PackedPart:
             c in wanted for c in feature_columns((g,), ALL_GROUPS, self.head_dim, self.num_groups))]
         raise ValueError(f"it holds the feature groups {', '.join(self.groups)}, not {', '.join(lacking)}")
 
-    def _plan(self, columns: torch.Tensor | None) -> list[tuple[str | None, torch.Tensor | None]]:
-        """The selected columns as runs read from one source each, in order: ``(group, local columns)`` for a static
-        group's table (None: all of them, in order) and ``(None, local columns)`` for the dynamic tensor."""
+    def _plan(self, columns: torch.Tensor | None) -> list[tuple[str | None, _Selection]]:
+        """The selected columns as runs read from one source each, in order: ``(group, selection)`` for a static
+        group's table and ``(None, selection)`` for the dynamic tensor, each selection of that source's columns
+        (:func:`_selection`)."""
         key = None if columns is None else tuple(columns.tolist())
         if key not in self._plans:
             self.check(columns)
@@ -175,25 +176,45 @@ class PackedPart:
                     runs[-1][1].append(i)
                 else:
                     runs.append((g, [i]))
-            self._plans[key] = [
-                (g, None if g is not None and cols == list(range(len(self._static_cols[g]))) else
-                 torch.tensor(cols, dtype=torch.long)) for g, cols in runs]
+            width = {g: len(c) for g, c in self._static_cols.items()} | {None: len(self._dynamic_cols)}
+            self._plans[key] = [(g, _selection(cols, width[g])) for g, cols in runs]
         return self._plans[key]
 
     def take(self, idx: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
-        pos = self.positions[idx].long()  # (n, L, Hkv, C)
+        pos = self.positions.index_select(0, idx).long()  # (n, L, Hkv, C)
         n, layers, heads, c = pos.shape
         rows, pieces = None, []
-        for g, cols in self._plan(columns):
+        for g, sel in self._plan(columns):
             if g is None:
-                pieces.append(self.dynamic[idx].index_select(-1, cols))
+                pieces.append(_select(self.dynamic.index_select(0, idx), sel))
                 continue
             table = self.static[g]
             if rows is None:  # each cell's row in a table flattened to (L * Hkv * N, width)
                 rows = (torch.arange(layers * heads).view(1, layers, heads, 1) * table.shape[2] + pos).reshape(-1)
             x = table.reshape(-1, table.shape[-1]).index_select(0, rows).view(n, layers, heads, c, -1)
-            pieces.append(x if cols is None else x.index_select(-1, cols))
+            pieces.append(_select(x, sel))
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces, -1)
+
+
+#: columns of one source: None (all, in order), a slice (a run of consecutive ones) or an index tensor (any others)
+_Selection = None | slice | torch.Tensor
+
+
+def _selection(cols: list[int], width: int) -> _Selection:
+    """The cheapest selection of ``cols`` out of ``width`` columns: slicing copies nothing, and a strided copy of a
+    slice is several times faster than ``index_select`` over the last dimension."""
+    if cols == list(range(width)):
+        return None
+    if cols == list(range(cols[0], cols[0] + len(cols))):
+        return slice(cols[0], cols[0] + len(cols))
+    return torch.tensor(cols, dtype=torch.long)
+
+
+def _select(x: torch.Tensor, sel: _Selection) -> torch.Tensor:
+    """The columns ``sel`` of ``x``'s last dimension."""
+    if sel is None:
+        return x
+    return x[..., sel] if isinstance(sel, slice) else x.index_select(-1, sel)
 
 
 def mapped_features(meta: dict, tensors: dict[str, torch.Tensor], positions: torch.Tensor):
