@@ -27,7 +27,6 @@ from foresight.feature_groups import FEATURE_GROUPS, feature_columns
 from foresight.features import FeatureExtractor
 from foresight.runtime import length_batches
 from training.event_files import events_bytes
-from training.mapped_events import EventRows
 from training.onpolicy import collect_onpolicy_events
 from training.packed_events import recorded_groups
 
@@ -46,15 +45,17 @@ def main(argv=None) -> int:
     groups = {KINDS[0]: tuple(FEATURE_GROUPS), KINDS[1]: recorded_groups(scorer.config.feature_set)}
     batches = length_batches([len(r["input_ids"]) for r in rows], args.batch_size)
 
+    scorer_cols = {kind: torch.tensor(feature_columns(scorer.config.feature_set, groups[kind], *dims))
+                   for kind in KINDS}  # the scorer's columns of each kind of rows
+
     def run(kind: str) -> dict:
-        columns = torch.tensor(feature_columns(scorer.config.feature_set, groups[kind], *dims))
         out = {}
         for batch in batches:
             part = [rows[i] for i in batch]
             events = collect_onpolicy_events(
                 model, [r["input_ids"] for r in part], [r["trace_id"] for r in part], labels, scorer,
-                lambda: FeatureExtractor(window=scorer.config.feature_window, feature_set=groups[kind]), columns,
-                b, w, 1, 0.5, 0, batch_size=len(part))
+                lambda: FeatureExtractor(window=scorer.config.feature_window, feature_set=groups[kind]),
+                scorer_cols[kind], b, w, 1, 0.5, 0, batch_size=len(part))
             out.update({ev.trace_id: ev for ev in events})
         return out
 
@@ -66,11 +67,12 @@ def main(argv=None) -> int:
             outputs[kind] = run(kind)
             times[kind].append(time.perf_counter() - t0)
     full, mine = (outputs[kind] for kind in KINDS)
-    scorer_cols = {kind: torch.tensor(feature_columns(scorer.config.feature_set, groups[kind], *dims))
-                   for kind in KINDS}
+
+    def scorer_features(kind: str, trace_id: str) -> torch.Tensor:  # the recorded (dense) features' scorer columns
+        return outputs[kind][trace_id].features.index_select(-1, scorer_cols[kind])
+
     same_features = all(full[t].features.shape[:-1] == mine[t].features.shape[:-1] and torch.equal(
-        EventRows([full[t].features], scorer_cols[KINDS[0]])[:], EventRows([mine[t].features], scorer_cols[KINDS[1]])[:])
-        for t in full)
+        scorer_features(KINDS[0], t), scorer_features(KINDS[1], t)) for t in full)
     same = sum(torch.equal(full[t].positions, mine[t].positions) for t in full if full[t].positions.shape
                == mine[t].positions.shape)
     dtype = torch.float16  # train sl's feature_dtype default

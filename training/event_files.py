@@ -1,12 +1,12 @@
 """One trace's recorded events and their file: the type that the feature cache and DAgger's rows share.
 
-Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory,
-the same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features
-(E, L, Hkv, C, D; of every feature group in the feature cache, of the scorer's in DAgger's rows), its foresight value α, whether the oracle evicts it from *this* cache, and
-its position. :class:`RecordedEvents` holds one trace's; :func:`save_events` writes them packed
-(:mod:`training.packed_events`) and atomically, :func:`load_events` reads them back memory-mapped
-(:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the earlier dense
-layout packed (no replay), and :func:`concat_events` joins many traces' into what training reads
+Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory, the
+same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features (E,
+L, Hkv, C, D; of every feature group in the feature cache, of the scorer's groups in DAgger's rows), its foresight
+value α, whether the oracle evicts it from *this* cache, and its position. :class:`RecordedEvents` holds one trace's;
+:func:`save_events` writes them packed (:mod:`training.packed_events`) and atomically, :func:`load_events` reads them
+back memory-mapped (:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the
+earlier dense layout packed (no replay), and :func:`concat_events` joins many traces' into what training reads
 (:func:`join_events` appends such joins). The two kinds of file differ only in the ``format`` recorded in their
 metadata (:data:`training.sl_features.FEATURE_CACHE_FORMAT`, :data:`training.onpolicy.ROWS_FORMAT`) and in whatever
 else their writer records there (the feature cache: each trace's identity).
@@ -37,7 +37,7 @@ class RecordedEvents:
     """One trace's recorded events: features (E, L, Hkv, C, D) of the recorded feature groups, α of the candidates, the
     oracle's evict set for that cache (bool) and the candidates' positions, (E, L, Hkv, C). ``features`` is a dense
     tensor as recorded, or a :class:`~training.packed_events.PackedPart` as read from a packed file
-    (``EventRows([ev.features])[:]`` is the dense tensor either way)."""
+    (``EventRows([ev.features], columns)[:]`` reads the same columns of either)."""
 
     trace_id: str
     features: torch.Tensor | PackedPart
@@ -56,10 +56,10 @@ def stack_events(trace_id: str, per_event: list[dict[int, tuple]], num_layers: i
 
 def save_events(path: Path, ev: RecordedEvents, head_dim: int, num_groups: int, fmt: str,
                 metadata: dict[str, str] | None = None, groups=ALL_GROUPS) -> None:
-    """Write ``ev`` (dense features of ``groups``, in ``FEATURE_GROUPS`` order) packed, atomically (:func:`~foresight.atomic.atomic_file`: a killed run never
-    leaves a torn file), with the writer's ``metadata``; ``fmt``, the trace id and the layout are recorded over any
-    such keys in it. The header's metadata keys are sorted (:func:`~foresight.safetensors_file.save_safetensors`):
-    identical runs write identical bytes."""
+    """Write ``ev`` (dense features of ``groups``, in ``FEATURE_GROUPS`` order) packed, atomically
+    (:func:`~foresight.atomic.atomic_file`: a killed run never leaves a torn file), with the writer's ``metadata``;
+    ``fmt``, the trace id and the layout are recorded over any such keys in it. The header's metadata keys are
+    sorted (:func:`~foresight.safetensors_file.save_safetensors`): identical runs write identical bytes."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tensors = pack(ev.features, ev.positions, head_dim, num_groups, groups)
     tensors.update(alpha=ev.alpha.contiguous(), evicted=ev.evicted.to(torch.uint8).contiguous(),
@@ -128,10 +128,9 @@ def concat_events(evs: list[RecordedEvents], columns: torch.Tensor | None) -> di
     those events; nothing is concatenated in memory); None if none."""
     if not evs:
         return None
-    for e in evs:
+    for e in (e for e in evs if isinstance(e.features, PackedPart)):  # a dense part holds every column
         try:
-            if isinstance(e.features, PackedPart):
-                e.features.check(columns)
+            e.features.check(columns)
         except ValueError as exc:
             raise ForesightError(f"the recorded events of trace {e.trace_id!r} lack the columns asked for: {exc}; "
                                  "record them again with this feature set") from None
@@ -148,9 +147,9 @@ def join_events(parts: list[dict]) -> dict:
 
 def events_bytes(labels: TraceLabels, head_dim: int, num_groups: int, dtype: torch.dtype, groups=ALL_GROUPS) -> int:
     """Bytes of the tensors that one trace's recorded events take in its file (:func:`save_events`): at each of the
-    labels' events every (layer, KV head, candidate) has its per-event feature columns (of ``groups``) in ``dtype``, a float32 α, a
-    uint8 evict flag and an int32 position; the static tables span every position up to the last event's newest
-    candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
+    labels' events every (layer, KV head, candidate) has its per-event feature columns (of ``groups``) in ``dtype``,
+    a float32 α, a uint8 evict flag and an int32 position; the static tables span every position up to the last
+    event's newest candidate (the same on any trajectory: the candidates are all but the newest ``W`` entries)."""
     if not labels.events:
         return 0
     cells = sum(ev.candidates.numel() for ev in labels.events)

@@ -27,8 +27,9 @@ def _run(script: str, tmp_path, monkeypatch, feature_set: tuple[str, ...]) -> di
     Scorer(ScorerConfig(foresight.model_fingerprint(model), B, W, feature_set=feature_set)
            ).save_pretrained(tmp_path / "scorer")
     assert load_script(script).main(
-        ["--model", "tiny-llama", "--traces", str(traces), "--labels", str(labels), "--scorer", str(tmp_path / "scorer"),
-         "--budget", str(B), "--interval", str(W), "--batch-size", "2", "--json", str(tmp_path / "out.json")]) == 0
+        ["--model", "tiny-llama", "--traces", str(traces), "--labels", str(labels), "--scorer",
+         str(tmp_path / "scorer"), "--budget", str(B), "--interval", str(W), "--batch-size", "2", "--json",
+         str(tmp_path / "out.json")]) == 0
     return json.loads((tmp_path / "out.json").read_text())
 
 
