@@ -17,7 +17,7 @@
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
 # round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone, 2026-12-07): about
-# 1 h 34 min end to end. Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished traces leave
+# 1 h 34 min, the sum of its stages. Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished traces leave
 # their batch, benchmarks/bench_trace.py), golden labels 4.5 min, SL features 6.7 min, SL round 0 2.7 min, DAgger
 # rounds 1-3 28 min in all: 4.9-5.1 min recording each (replays batched by length, benchmarks/bench_batching.py; rows
 # of the scorer's groups, benchmarks/bench_rows.py) and 3.2, 3.9 and 4.3 min training (the aggregated rows outgrow the
