@@ -38,9 +38,9 @@ def run(mod, steps: int, layers: int, hkv: int, groups: int, d: int, budget: int
             t_obs += time.perf_counter() - a
         if n >= budget + interval:
             for layer in range(layers):
-                ev = EvictView(layer, torch.randn(1, hkv, n, d), torch.randn(1, hkv, n, d),
+                ev = EvictView(torch.randn(1, hkv, n, d), torch.randn(1, hkv, n, d),
                                torch.arange(n).expand(1, hkv, n), torch.ones(1, hkv, n, dtype=torch.bool),
-                               n - interval, budget - interval, 0, s)
+                               n - interval, budget - interval, 0, s, layer_idx=layer)
                 ext.features(ev)
                 kept = torch.randperm(n - interval)[: budget - interval].sort().values
                 ext.on_evict(layer, torch.cat([kept, torch.arange(n - interval, n)]).expand(1, hkv, -1).contiguous())

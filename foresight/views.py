@@ -8,7 +8,7 @@ share these types.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -149,12 +149,23 @@ class LayersView:
                         _probs=None if self._probs is None else self._probs[i])
 
 
-class _EventEntries:
-    """What both event views derive from their fields: the candidates' positions and the protected newest entries."""
+_PER_ENTRY = ("keys", "values", "positions", "valid")  # the event views' tensors with an entry dimension
 
-    positions: torch.Tensor
+
+@dataclass
+class _EventEntries:
+    """The fields both event views share, and what they derive from them: the candidates' positions and the
+    protected newest entries."""
+
     keys: torch.Tensor
+    values: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
     num_candidates: int
+    num_keep: int
+    event: int
+    step: int
+    rope: tuple[torch.Tensor, float] | None = None
 
     @property
     def candidate_positions(self) -> torch.Tensor:
@@ -168,7 +179,7 @@ class _EventEntries:
 
 @dataclass
 class EvictView(_EventEntries):
-    """What a policy sees of one layer at an eviction event.
+    """What a policy sees of one layer (``layer_idx``, keyword-only) at an eviction event.
 
     The candidates are the first ``num_candidates`` entries (everything but the newest ``interval``); the
     policy returns one score per candidate, higher = keep. ``keys``/``values``/``positions``/``valid`` cover the
@@ -177,16 +188,7 @@ class EvictView(_EventEntries):
     frequencies do not depend on the sequence length (see :meth:`prerope_keys`), else None.
     """
 
-    layer_idx: int
-    keys: torch.Tensor
-    values: torch.Tensor
-    positions: torch.Tensor
-    valid: torch.Tensor
-    num_candidates: int
-    num_keep: int
-    event: int
-    step: int
-    rope: tuple[torch.Tensor, float] | None = None
+    layer_idx: int = field(kw_only=True)
 
     def prerope_keys(self, c: int) -> torch.Tensor:
         """The first ``c`` entries' keys with RoPE undone (:func:`unrotate_keys`), (batch, Hkv, c, d) fp32."""
@@ -199,7 +201,8 @@ class EvictView(_EventEntries):
 
 @dataclass
 class EvictLayersView(_EventEntries):
-    """What a policy sees of consecutive layers ``layers`` at one eviction event, all at once (``score_layers``).
+    """What a policy sees of consecutive layers ``layers`` (keyword-only) at one eviction event, all at once
+    (``score_layers``).
 
     At an event of a decode step or a piecewise replay every layer holds the same number of entries and evicts
     together, so their tensors stack: ``keys``/``values`` (L, batch, Hkv, n, d), ``positions``/``valid`` (L, batch,
@@ -208,30 +211,22 @@ class EvictLayersView(_EventEntries):
     :class:`EvictView` that treats rows independently runs on it unchanged, once for every layer.
     """
 
-    layers: range
-    keys: torch.Tensor
-    values: torch.Tensor
-    positions: torch.Tensor
-    valid: torch.Tensor
-    num_candidates: int
-    num_keep: int
-    event: int
-    step: int
-    rope: tuple[torch.Tensor, float] | None = None
+    layers: range = field(kw_only=True)
 
     @property
     def num_layers(self) -> int:
         return len(self.layers)
 
+    def _view(self, layer_idx: int, pick) -> EvictView:
+        """An :class:`EvictView` of this event with ``pick`` applied to each tensor with an entry dimension."""
+        shared = {f.name: getattr(self, f.name) for f in fields(_EventEntries)}
+        shared.update({name: pick(shared[name]) for name in _PER_ENTRY})
+        return EvictView(layer_idx=layer_idx, **shared)
+
     def folded(self) -> EvictView:
         """The event's layers folded into the batch (``layer_idx`` -1: no single layer)."""
-        return EvictView(layer_idx=-1, keys=self.keys.flatten(0, 1), values=self.values.flatten(0, 1),
-                         positions=self.positions.flatten(0, 1), valid=self.valid.flatten(0, 1),
-                         num_candidates=self.num_candidates, num_keep=self.num_keep, event=self.event, step=self.step,
-                         rope=self.rope)
+        return self._view(-1, lambda t: t.flatten(0, 1))
 
     def layer(self, i: int) -> EvictView:
         """The :class:`EvictView` of the ``i``-th of these layers (model layer ``layers[i]``)."""
-        return EvictView(layer_idx=self.layers[i], keys=self.keys[i], values=self.values[i],
-                         positions=self.positions[i], valid=self.valid[i], num_candidates=self.num_candidates,
-                         num_keep=self.num_keep, event=self.event, step=self.step, rope=self.rope)
+        return self._view(self.layers[i], lambda t: t[i])

@@ -100,8 +100,9 @@ def test_unrotate_keys_inverts_transformers_rope_at_any_scaling():
 
 def test_prekey_needs_the_models_rotary_embedding(tiny_llama):
     model, _ = tiny_llama
-    view = EvictView(0, torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), torch.arange(6)[None, None],
-                     torch.ones(1, 1, 6, dtype=torch.bool), num_candidates=4, num_keep=2, event=0, step=0)
+    view = EvictView(torch.randn(1, 1, 6, 8), torch.randn(1, 1, 6, 8), torch.arange(6)[None, None],
+                     torch.ones(1, 1, 6, dtype=torch.bool), num_candidates=4, num_keep=2, event=0, step=0,
+                     layer_idx=0)
     ext = FeatureExtractor(window=W, feature_set=("prekey",))
     ext.reset(1, 1)
     with pytest.raises(ValueError, match="pre-RoPE keys need the rotary embedding"):
