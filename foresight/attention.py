@@ -59,10 +59,13 @@ def span_attention(cache, module, query, key, value, kwargs: dict):
     ``value`` the span's (batch, heads, span, d). Piece by piece the cache appends the piece's entries, :func:`attend`
     runs as in a piecewise step, and the cache evicts the layer when the piece ends at an event."""
     layer_idx = module.layer_idx
+    sizes = [e - s for s, e in cache.span.bounds()]
+    # split, not a slice per piece: under autograd each slice's backward fills a zero tensor of the whole span
+    pieces = zip(query.split(sizes, dim=2), key.split(sizes, dim=2), value.split(sizes, dim=2))
     out = []
-    for i, (s, e) in enumerate(cache.span.bounds()):
-        keys, values = cache.enter_piece(layer_idx, i, key[:, :, s:e], value[:, :, s:e])
-        out.append(attend(cache, module, query[:, :, s:e], keys, values, dict(kwargs))[0])
+    for i, (q, k, v) in enumerate(pieces):
+        keys, values = cache.enter_piece(layer_idx, i, k, v)
+        out.append(attend(cache, module, q, keys, values, dict(kwargs))[0])
         cache.leave_piece(layer_idx)
     return torch.cat(out, dim=1), None
 

@@ -201,9 +201,10 @@ def replay(
             if not logits:  # no grad, no hook (checked above): only the evictions and observations were wanted
                 continue
             out = out if out.dtype == torch.float64 else out.float()  # fp32, fp64 models keep fp64
-            if on_logits is not None:
-                for a, b, _ in group:
-                    on_logits(a, b, out[:, a - start : b - start])
+            if on_logits is not None:  # split, not sliced: a slice's backward fills a zero tensor of all the logits
+                pieces_out = out.split([b - a for a, b, _ in group], dim=1)
+                for (a, b, _), piece_out in zip(group, pieces_out):
+                    on_logits(a, b, piece_out)
             if truncate_backprop:
                 cache.detach_()
             _record_ce(ce, ent, ids, out.detach(), start, min(end, n - 1))
