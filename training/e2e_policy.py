@@ -60,7 +60,7 @@ class RelaxedLearnedPolicy(LearnedPolicy):
 
     selects_rows: ClassVar[bool] = False  # per-row biases and ghost entries of its own
     tau: float = 0.01
-    _feats: Any = field(default=None, init=False, repr=False)
+    _raw: Any = field(default=None, init=False, repr=False)
     _graded: Any = field(default=None, init=False, repr=False)
     _bias: list = field(default_factory=list, init=False, repr=False)
     _ghosts: list = field(default_factory=list, init=False, repr=False)
@@ -71,16 +71,16 @@ class RelaxedLearnedPolicy(LearnedPolicy):
         if self.selection is None:
             self.selection = "topk"
         if self.on_features is not None:
-            raise ValueError("the relaxed learned policy records its own features")
+            raise ValueError("the relaxed learned policy takes no on_features callback")
         super().__post_init__()
         if self.applied_selection != "topk" or self.spread:
             raise ValueError("the relaxed learned policy relaxes plain top-k (selection=topk, spread=0)")
         if not self.tau >= 0:
             raise ValueError(f"tau must be >= 0, got {self.tau}")
-        self.on_features = self._record
 
-    def _record(self, view, feats) -> None:
-        self._feats = feats
+    @property
+    def scores_layers(self) -> bool:
+        return False  # layer by layer: each layer's scores keep their graph (_layer_scores)
 
     def config(self) -> dict:
         cfg = super().config()
@@ -92,10 +92,15 @@ class RelaxedLearnedPolicy(LearnedPolicy):
         self._bias = [None] * num_layers  # per cache slot: the summed log-keep of the entries held (with graph)
         self._ghosts = [None] * num_layers  # evicted (keys, values, bias), attended with their bias
 
+    def _layer_scores(self, view, feats):
+        with torch.enable_grad():  # the one scorer pass: with its graph here, detached for the hard choice
+            self._raw = self._scorer(feats, layer_idx=view.layer_idx)
+        return self._raw.detach()
+
     def score(self, view):
         out = super().score(view)  # no gradient: the features, the finite check, the adjusted scores
         with torch.enable_grad():
-            self._graded = self.adjust(view, self._scorer(self._feats, layer_idx=view.layer_idx))
+            self._graded = self.adjust(view, self._raw)
         return out
 
     def select(self, scores, num_keep, view):
@@ -121,7 +126,7 @@ class RelaxedLearnedPolicy(LearnedPolicy):
                  total.gather(-1, gone))
         old = self._ghosts[layer]
         self._ghosts[layer] = ghost if old is None else tuple(torch.cat([a, b], dim=2) for a, b in zip(old, ghost))
-        self._graded = self._feats = None
+        self._graded = self._raw = None
 
     def _slot_bias(self, layer: int, n: int, dtype, device) -> torch.Tensor:
         """The bias of the layer's ``n`` cache slots: the held entries' sums, 0 for the entries appended since."""

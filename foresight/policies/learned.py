@@ -220,9 +220,13 @@ class LearnedPolicy(EvictionPolicy):
         feats = self._extractor.features(view)
         if self.on_features is not None:
             self.on_features(view, feats)
-        scores = self._scorer(feats, layer_idx=view.layer_idx)
+        scores = self._layer_scores(view, feats)
         self._check_finite(view, range(view.layer_idx, view.layer_idx + 1), scores)
         return self.adjust(view, scores)
+
+    def _layer_scores(self, view: EvictView, feats: torch.Tensor) -> torch.Tensor:
+        """The scorer's (B, Hkv, C) scores of the candidate features of ``view``'s layer (called without gradient)."""
+        return self._scorer(feats, layer_idx=view.layer_idx)
 
     @torch.no_grad()
     def score_layers(self, view: EvictLayersView) -> torch.Tensor:

@@ -60,10 +60,10 @@ class _FixedFeatures(RelaxedLearnedPolicy):
 
     fixed: dict
 
-    def _record(self, view, feats) -> None:
+    def _layer_scores(self, view, feats):
         key = (view.event, view.layer_idx)
         self.fixed.setdefault(key, feats)
-        self._feats = self.fixed[key]
+        return super()._layer_scores(view, self.fixed[key])
 
 
 def _loss(model, sc, seq, ref, objective, engine, fixed):
