@@ -17,15 +17,15 @@
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
 # round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone, 2026-12-07): about
-# 1 h 32 min, the sum of its stages. Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished
+# 1 h 31 min, the sum of its stages. Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished
 # traces leave their batch, benchmarks/bench_trace.py), golden labels 4.5 min, SL features 6.7 min, SL round 0
 # 2.7 min, DAgger rounds 1-3 28 min in all: 4.9-5.1 min recording each (replays batched by length,
 # benchmarks/bench_batching.py; rows of the scorer's groups, benchmarks/bench_rows.py) and 3.2, 3.9 and 4.3 min
-# training (the aggregated rows outgrow the page cache of a 24 GB machine by round 3), train e2e about 15 min on two
-# threads (17 min in the full run; 24 of its steps 1.12x faster since replays split their pieces, the scorer
-# byte-identical), the benchmark 9.5 min on two ranks. The DAgger stage was timed on its own (rounds 1-3 from a
-# finished round 0), the others in a full run before rows held only the scorer's groups; the DAgger scorers came out
-# byte-identical.
+# training (the aggregated rows outgrow the page cache of a 24 GB machine by round 3), train e2e about 14.5 min on two
+# threads (17 min in the full run; 24 of its steps 1.17x faster since replays split their pieces and the scorer runs
+# once an event, the scorer byte-identical), the benchmark 9.5 min on two ranks. The DAgger stage was timed on its own
+# (rounds 1-3 from a finished round 0), the others in a full run before rows held only the scorer's groups; the DAgger
+# scorers came out byte-identical.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
