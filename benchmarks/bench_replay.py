@@ -10,6 +10,11 @@ their cache statistics (events, evicted entries, peaks) agree.
 
     python benchmarks/bench_replay.py --length 460 --limit 1 --policies h2o,learned --budget 64 --interval 16
     python benchmarks/bench_replay.py --traces runs/quality/heldout_traces --limit 4 --length 1024
+    python benchmarks/bench_replay.py --length 460 --limit 1 --policies h2o,learned --compiled   # + compiled events
+
+``--compiled [BACKEND]`` adds, for every policy that can compile its events (``learned``: ``compile=BACKEND``, default
+inductor), the same policy with compiled events, both engines; each such side runs once before the timed repeats (its compilation, reported as
+``warmup_seconds``), and its per-token CE is compared with the eager events' (``compiled_vs_eager``).
 
 ``--length N`` is the length of every sequence replayed: N random tokens, or the first N tokens (prompt included)
 of each trace, a shorter trace being refused; without it, 512 random tokens or the traces whole. The JSON output
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import fields
 import statistics
 import time
 
@@ -77,6 +83,9 @@ def _policies(args) -> dict:
         if not policy.evicts:
             raise ForesightError(f"--policies {name}: it never evicts; the full-cache replay is the reference already")
         out[name] = policy
+        if args.compiled and "compile" in {f.name for f in fields(policy)}:
+            out[f"{name} compiled"] = checked_policy(name, [(cfg.budget, cfg.interval)], f"--policies {name}",
+                                                     compile=args.compiled, **kwargs)
     return out
 
 
@@ -93,6 +102,9 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=positive_int, default=16)
     ap.add_argument("--scorer", default="smollm2-135m-b64-w16", help="the learned policy's scorer")
     ap.add_argument("--repeats", type=positive_int, default=3)
+    ap.add_argument("--compiled", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                    help="also time the policies that can compile their events with compiled events (torch.compile "
+                         "backend, default inductor)")
     ap.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's choice)")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
@@ -118,6 +130,12 @@ def main(argv=None) -> int:
     times: dict[str, list[float]] = {k: [] for k in sides}
     results: dict[str, list] = {}
     foresight.replay(model, seqs[:1], "full", interval=args.interval)  # warm-up
+    warmup = {}
+    for side, run in sides.items():  # compiled events compile at their first events: once, before the timing
+        if " compiled " in side:
+            t0 = time.perf_counter()
+            run()
+            warmup[side] = time.perf_counter() - t0
     for _ in range(args.repeats):
         for side, run in sides.items():
             t0 = time.perf_counter()
@@ -131,6 +149,13 @@ def main(argv=None) -> int:
         diff = max(float((x.ce - y.ce).abs().nan_to_num().max()) for x, y in zip(a, b))
         agree[name] = {"max_ce_difference": diff, "same_stats": all(x.stats == y.stats for x, y in zip(a, b)),
                        "engines": sorted({x.engine for x in a} | {y.engine for y in b})}
+    compiled_vs_eager = {}
+    for name in policies:
+        if name.endswith(" compiled"):
+            a, b = results[f"{name} layer-major"], results[f"{name.removesuffix(' compiled')} layer-major"]
+            compiled_vs_eager[name] = {
+                "max_ce_difference": max(float((x.ce - y.ce).abs().nan_to_num().max()) for x, y in zip(a, b)),
+                "same_stats": all(x.stats == y.stats for x, y in zip(a, b))}
     tokens = sum(len(s) for s in seqs)
     shape = f"{args.length} tokens each" if args.length is not None else "whole traces"
     print(f"{len(seqs)} sequence(s) ({shape}), {tokens} tokens, B={args.budget} W={args.interval}, median of "
@@ -141,13 +166,19 @@ def main(argv=None) -> int:
     for name, a in agree.items():
         print(f"{name}: layer-major vs piecewise max |CE difference| {a['max_ce_difference']:.2e} nats, "
               f"cache statistics {'identical' if a['same_stats'] else 'DIFFER'}")
+    for name, a in compiled_vs_eager.items():
+        print(f"{name} vs eager events (layer-major): max |CE difference| {a['max_ce_difference']:.2e} nats, cache "
+              f"statistics {'identical' if a['same_stats'] else 'DIFFER'}; compiling took "
+              f"{warmup[name + ' layer-major']:.1f} s (layer-major) + {warmup[name + ' piecewise']:.1f} s (piecewise)"
+              " before the timed repeats")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"model": args.model, "traces": args.traces, "sequences": len(seqs), "length": args.length,
                        "tokens": tokens, "budget": args.budget, "interval": args.interval, "full_piece": FULL_PIECE,
                        "scorer": args.scorer if "learned" in policies else None, "repeats": args.repeats,
                        "seconds": median, "ratio_to_full": {k: v / ref for k, v in median.items()},
-                       "agreement": agree, "torch_threads": torch.get_num_threads()}, fh, indent=1)
+                       "agreement": agree, "compiled_vs_eager": compiled_vs_eager, "warmup_seconds": warmup,
+                       "torch_threads": torch.get_num_threads()}, fh, indent=1)
     return 0
 
 

@@ -83,15 +83,23 @@ class LayerState:
     query_pos: torch.Tensor | None = None  # (b, R) their positions
     query_ok: torch.Tensor | None = None  # (b, R) whether each row is a real query (not padding)
     mri: torch.Tensor | None = None  # (b, Hkv, G, capacity) maximum recurrence interval (recency)
+    slots: dict[int, torch.Tensor] | None = None  # last_slots(k) per count k, set at each event (ring_state)
 
     def last(self, k: int, c: int) -> torch.Tensor:
         """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
         return self.rows[..., :c].index_select(3, self.last_slots(k))
 
     def last_slots(self, k: int) -> torch.Tensor:
-        """Ring slots of the last ``min(k, filled)`` queries, oldest first."""
+        """Ring slots of the last ``min(k, filled)`` queries, oldest first (``slots``' when set)."""
         k = min(k, self.filled)
-        return torch.arange(self.head - k, self.head, device=self.rows.device) % self.rows.shape[3]
+        if self.slots is not None:
+            return self.slots[k]
+        return ring_slots(self.head, k, self.rows.shape[3], self.rows.device)
+
+
+def ring_slots(head: int, k: int, size: int, device) -> torch.Tensor:
+    """Slots of a ring of ``size`` rows holding the last ``k`` of ``head`` rows written, oldest first."""
+    return torch.arange(head - k, head, device=device) % size
 
 
 def _group_key(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:

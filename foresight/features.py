@@ -41,6 +41,7 @@ from foresight.feature_groups import (
     check_feature_set,
     feature_columns,
     feature_dim,
+    ring_slots,
 )
 from foresight.recurrence import activate
 from foresight.views import EvictLayersView, EvictView, LayersView, StepView
@@ -65,6 +66,7 @@ class FeatureExtractor:
     decay: float = 0.9
     num_groups: int = field(default=1, init=False)
     _layers: list[LayerState] = field(default_factory=list, init=False, repr=False)
+    _slot_memo: dict = field(default_factory=dict, init=False, repr=False)  # (head % R, filled, device) -> slots
 
     def __post_init__(self):
         if not isinstance(self.window, int) or self.window <= 0:
@@ -134,8 +136,7 @@ class FeatureExtractor:
 
     def _newest_slots(self, head: int, q: int, device) -> torch.Tensor:
         """Ring slots of the newest ``min(q, R)`` of ``q`` queries arriving after ``head`` queries, oldest first."""
-        keep = min(q, self.history)
-        return torch.arange(head + q - keep, head + q, device=device) % self.history
+        return ring_slots(head + q, min(q, self.history), self.history, device)
 
     @staticmethod
     def _store_queries(ring, pos, real, query, query_positions, probs, slots) -> None:
@@ -259,14 +260,45 @@ class FeatureExtractor:
         """:meth:`features` of the layers ``view.layers`` at one event, (L, batch, Hkv, C, D): the same groups run
         once over the layers folded into the batch (:meth:`EvictLayersView.folded`), so the columns equal each
         layer's own; layers out of step with each other (a layer-major span) are taken one by one."""
-        folded = self._folded(view.layers)
+        folded = self.layers_state(view.layers)
         if folded is None:
             return torch.stack([self.features(view.layer(i)) for i in range(view.num_layers)])
-        feats = self._features(view.folded(), folded)
-        self._unfold(view.layers, folded)
+        self.fold(folded)
+        feats = self.groups(view.folded(), folded)
+        self.unfold(view.layers, folded)
         return feats.unflatten(0, (view.num_layers, -1))
 
+    def layers_state(self, layers: range) -> LayerState | None:
+        """The state of ``layers`` folded into the batch, ready for an event (:meth:`ring_state`); None unless every
+        layer is in the same state of observation. After the event, :meth:`unfold` hands it back to the layers."""
+        folded = self._folded(layers)
+        return None if folded is None else self.ring_state(folded)
+
     def _features(self, view: EvictView, st: LayerState) -> torch.Tensor:
+        self.fold(self.ring_state(st))
+        return self.groups(view, st)
+
+    def layer_state(self, layer_idx: int) -> LayerState:
+        """Layer ``layer_idx``'s state, ready for an event: :meth:`ring_state`."""
+        return self.ring_state(self._layers[layer_idx])
+
+    def ring_state(self, st: LayerState) -> LayerState:
+        """``st`` with the ring slots of every window the groups read (``slots``: tensors, the same for every event at
+        the same ring offset and fill, so made once), so that :meth:`groups` reads no query counter and a compiled
+        event does not recompile as the counter moves."""
+        if st.rows is not None:
+            size = st.rows.shape[3]
+            key = (st.head % size, st.filled, st.rows.device)
+            slots = self._slot_memo.get(key)
+            if slots is None:
+                counts = {min(k, st.filled) for k in (self.window, *SHORT_WINDOWS)}
+                slots = self._slot_memo[key] = {k: ring_slots(st.head, k, size, st.rows.device) for k in counts}
+            st.slots = slots
+        return st
+
+    def fold(self, st: LayerState) -> None:
+        """Fold the running sum (every query since the last event) into the cumulative and decayed sums, and restart
+        it: the first half of :meth:`features`."""
         if self.needs_attention and st.run is not None:
             run = st.run[..., : st.n]
             if st.cum is None:
@@ -276,9 +308,13 @@ class FeatureExtractor:
                 st.cum = torch.nn.functional.pad(st.cum, pad).add_(run)
                 st.dec = torch.nn.functional.pad(st.dec, pad).mul_(self.decay).add_(run)
             run.zero_()
+
+    def groups(self, view: EvictView, st: LayerState) -> torch.Tensor:
+        """The (batch, Hkv, C, D) features of ``view``'s candidates from the layer's folded state ``st``
+        (:meth:`ring_state`, :meth:`fold`): the groups of ``feature_set``, side by side, the second half of
+        :meth:`features`. Tensors and fixed sizes in, tensors out: the unit a compiled event runs."""
         c = view.num_candidates
-        parts = [FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set]
-        return torch.cat(parts, dim=-1)
+        return torch.cat([FEATURE_GROUPS[name][1](view, self, st, c) for name in self.feature_set], dim=-1)
 
     def on_evict(self, layer_idx: int, keep: torch.Tensor) -> None:
         """Keep the per-entry state of entries ``keep`` (batch, Hkv, k), as the cache just did."""
@@ -292,7 +328,7 @@ class FeatureExtractor:
                 self.on_evict(layer_idx, keep[i])
             return
         self._on_evict(folded, keep.flatten(0, 1))
-        self._unfold(layers, folded)
+        self.unfold(layers, folded)
 
     @staticmethod
     def _on_evict(st: LayerState, keep: torch.Tensor) -> None:
@@ -337,8 +373,8 @@ class FeatureExtractor:
                           queries=fold(self._queries), query_pos=fold(self._query_pos),
                           query_ok=fold(self._query_ok), mri=fold(self._mri))
 
-    def _unfold(self, layers: range, folded: LayerState) -> None:
-        """Hand what :meth:`_features`/:meth:`_on_evict` replaced in ``folded`` back to each layer's state."""
+    def unfold(self, layers: range, folded: LayerState) -> None:
+        """Hand what :meth:`fold`/:meth:`_on_evict` replaced in ``folded`` back to each layer's state."""
         num = len(layers)
         cum = None if folded.cum is None else folded.cum.unflatten(0, (num, -1))
         dec = None if folded.dec is None else folded.dec.unflatten(0, (num, -1))

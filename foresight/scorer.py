@@ -210,6 +210,26 @@ class ScorerConfig:
         return FeatureExtractor(window=self.feature_window, feature_set=self.feature_set, decay=self.decay)
 
 
+def layer_scores(x: torch.Tensor, w1, b1, w2, b2, mean, std) -> torch.Tensor:
+    """One layer's (..., Hkv, n) keep scores of features ``x`` (..., Hkv, n, D), given that layer's parameters
+    (:meth:`Scorer.layer_params`): standardise, then each KV head's MLP."""
+    x = (x.to(w1.dtype) - mean[:, None, :]) / std[:, None, :]
+    h = F.gelu(torch.einsum("...knd,kdh->...knh", x, w1) + b1[:, None, :])
+    return torch.einsum("...knh,kh->...kn", h, w2) + b2[:, None]
+
+
+def layers_scores(x: torch.Tensor, w1, b1, w2, b2, mean, std) -> torch.Tensor:
+    """:func:`layer_scores` of several layers at once: features ``x`` (L, ..., Hkv, n, D) and the layers' stacked
+    parameters (:meth:`Scorer.layer_params` of a slice) give (L, ..., Hkv, n) scores."""
+    lead = x.shape[1:-3]
+    L, K, n, D = x.shape[0], x.shape[-3], x.shape[-2], x.shape[-1]
+    x = x.reshape(L, -1, K, n, D).to(w1.dtype)
+    x = (x - mean[:, None, :, None, :]) / std[:, None, :, None, :]
+    h = F.gelu(torch.einsum("lbknd,lkdh->lbknh", x, w1) + b1[:, None, :, None, :])
+    out = torch.einsum("lbknh,lkh->lbkn", h, w2) + b2[:, None, :, None]
+    return out.reshape(L, *lead, K, n)
+
+
 class Scorer(nn.Module):
     """Per-(layer, KV head) MLP ranking cache entries; see the module docstring.
 
@@ -239,21 +259,14 @@ class Scorer(nn.Module):
 
     def forward(self, x: torch.Tensor, layer_idx: int | slice | None = None) -> torch.Tensor:
         if isinstance(layer_idx, int):
-            w1, b1, w2, b2 = self.w1[layer_idx], self.b1[layer_idx], self.w2[layer_idx], self.b2[layer_idx]
-            mean, std = self.feature_mean[layer_idx], self.feature_std[layer_idx]
-            x = (x.to(w1.dtype) - mean[:, None, :]) / std[:, None, :]
-            h = F.gelu(torch.einsum("...knd,kdh->...knh", x, w1) + b1[:, None, :])
-            return torch.einsum("...knh,kh->...kn", h, w2) + b2[:, None]
-        layers = slice(None) if layer_idx is None else layer_idx
-        w1, b1, w2, b2 = self.w1[layers], self.b1[layers], self.w2[layers], self.b2[layers]
-        mean, std = self.feature_mean[layers], self.feature_std[layers]
-        lead = x.shape[1:-3]
-        L, K, n, D = x.shape[0], x.shape[-3], x.shape[-2], x.shape[-1]
-        x = x.reshape(L, -1, K, n, D).to(w1.dtype)
-        x = (x - mean[:, None, :, None, :]) / std[:, None, :, None, :]
-        h = F.gelu(torch.einsum("lbknd,lkdh->lbknh", x, w1) + b1[:, None, :, None, :])
-        out = torch.einsum("lbknh,lkh->lbkn", h, w2) + b2[:, None, :, None]
-        return out.reshape(L, *lead, K, n)
+            return layer_scores(x, *self.layer_params(layer_idx))
+        return layers_scores(x, *self.layer_params(slice(None) if layer_idx is None else layer_idx))
+
+    def layer_params(self, layer_idx: int | slice) -> tuple[torch.Tensor, ...]:
+        """Layer ``layer_idx``'s ``(w1, b1, w2, b2, feature_mean, feature_std)``, the arguments of
+        :func:`layer_scores` (of :func:`layers_scores` for a slice of layers)."""
+        return (self.w1[layer_idx], self.b1[layer_idx], self.w2[layer_idx], self.b2[layer_idx],
+                self.feature_mean[layer_idx], self.feature_std[layer_idx])
 
     # -- normalisation ----------------------------------------------------------------------------------------
     @torch.no_grad()

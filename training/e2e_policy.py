@@ -75,6 +75,9 @@ class RelaxedLearnedPolicy(LearnedPolicy):
         super().__post_init__()
         if self.applied_selection != "topk" or self.spread:
             raise ValueError("the relaxed learned policy relaxes plain top-k (selection=topk, spread=0)")
+        if self.compile:
+            raise ValueError("the relaxed learned policy runs its events eagerly (its scores keep their graph); "
+                             "drop compile")
         if not self.tau >= 0:
             raise ValueError(f"tau must be >= 0, got {self.tau}")
 

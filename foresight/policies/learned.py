@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 
@@ -17,8 +17,42 @@ from foresight.feature_groups import log_age
 from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
-from foresight.scorer import SELECTIONS, Scorer
+from foresight.scorer import SELECTIONS, Scorer, layer_scores, layers_scores
 from foresight.views import EvictLayersView, EvictView, LayersView, StepView
+
+
+def event_scores(extractor, view: EvictView, state, params: tuple, bonus: float, prior: float,
+                 num_layers: int | None = None) -> tuple[torch.Tensor, ...]:
+    """An event of one layer, or of ``num_layers`` layers folded into the batch (:meth:`EvictLayersView.folded`), as
+    ``compile=true`` runs it, compiled: :meth:`~foresight.features.FeatureExtractor.features` from the ``state``
+    (:meth:`~foresight.features.FeatureExtractor.layer_state` or ``layers_state``), the scorer's scores with the
+    layers' ``params`` (:meth:`~foresight.scorer.Scorer.layer_params`), :func:`finite_flags` and the scores
+    :func:`adjusted` by the newcomer ``bonus`` and the age ``prior``; all (rows, Hkv, C[, D]) as the view's."""
+    extractor.fold(state)
+    feats = extractor.groups(view, state)
+    if num_layers is None:
+        raw = layer_scores(feats, *params)
+    else:
+        raw = layers_scores(feats.unflatten(0, (num_layers, -1)), *params).flatten(0, 1)
+    return feats, adjusted(view, raw, bonus, prior), finite_flags(view, raw, num_layers or 1)
+
+
+def adjusted(view, scores: torch.Tensor, bonus: float, prior: float) -> torch.Tensor:
+    """The (B, Hkv, C) ``scores`` plus ``bonus`` for the candidates judged for the first time (the protected newest at
+    the previous event), less ``prior * log1p(age)`` (:meth:`LearnedPolicy.adjust`)."""
+    if bonus:
+        first_judged = max(view.num_candidates - view.num_protected, 0)
+        scores = scores.clone()
+        scores[..., first_judged:] += bonus
+    if prior:
+        scores = scores - prior * log_age(view.positions, scores.shape[-1])
+    return scores
+
+
+def finite_flags(view, scores: torch.Tensor, num_layers: int) -> torch.Tensor:
+    """(num_layers,) whether each layer's ``scores`` of the live candidates are finite."""
+    live = view.valid[..., : view.num_candidates]
+    return torch.isfinite(scores).masked_fill(~live, True).reshape(num_layers, -1).all(-1)
 
 
 @register_policy
@@ -57,6 +91,13 @@ class LearnedPolicy(EvictionPolicy):
         forever: a sampled draw evicts such an entry with some probability at every event, top-k never does, and
         this gives top-k the same decay with age. Default: under ``topk`` the one the scorer records (``age_prior``
         in its config), else 0 (the scores as trained).
+    compile
+        ``torch.compile`` each event (the features, the scorer and the adjusted scores of one layer or of the layers
+        scored at once, and the top-k with spread) into fixed-shape code: ``true`` (inductor) or a ``torch.compile``
+        backend (a name or a callable). The first events of each cache shape compile (seconds to tens of seconds,
+        cached on disk across runs); later ones run without most of Python's per-operation overhead, which is most of
+        what an event costs on a CPU. The same functions run as eagerly, so it evicts alike up to float rounding.
+        Off by default: it pays in long jobs (a replay of many traces), not in one short one.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) its config records (the one it was trained at,
         or the one ``foresight export --budget B --interval W`` moved it to after measuring it there). Off by
@@ -77,10 +118,13 @@ class LearnedPolicy(EvictionPolicy):
     spread: float | None = None
     age_prior: float | None = None
     any_budget: bool = False
+    compile: bool | str | Callable = False
     _scorer: Any = field(default=None, init=False, repr=False)
     _extractor: Any = field(default=None, init=False, repr=False)
     _gens: Any = field(default=None, init=False, repr=False)
     _finite: list = field(default_factory=list, init=False, repr=False)
+    _event_fn: Any = field(default=None, init=False, repr=False)
+    _spread_fn: Any = field(default=None, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -95,6 +139,9 @@ class LearnedPolicy(EvictionPolicy):
         if self.spread is not None:
             check_range("spread", self.spread, 0.0)
         check_seed(self.seed)
+        if not (isinstance(self.compile, bool) or callable(self.compile) or (isinstance(self.compile, str)
+                                                                         and self.compile)):
+            raise ValueError(f"compile must be true, false or a torch.compile backend, got {self.compile!r}")
         if self.scorer is None:
             raise ForesightError("the learned policy needs a scorer: --policy-arg scorer=DIR")
         if not isinstance(self.scorer, (Scorer, str, Path)):  # scorer=2024 reads as a number: a TypeError before
@@ -106,6 +153,10 @@ class LearnedPolicy(EvictionPolicy):
         self._scorer.eval()
         self._extractor = self._scorer.config.extractor()
         self._check_selection_args()
+        if self.compile:
+            backend = "inductor" if self.compile is True else self.compile
+            self._event_fn = torch.compile(event_scores, backend=backend, dynamic=False, fullgraph=True)
+            self._spread_fn = torch.compile(spread_keep, backend=backend, dynamic=False, fullgraph=True)
 
     def _check_selection_args(self) -> None:
         """Refuse an argument the selection in use never reads: recorded with the results, it would claim a draw or
@@ -177,6 +228,8 @@ class LearnedPolicy(EvictionPolicy):
         cfg = super().config()
         cfg["scorer"] = str(self.scorer) if not hasattr(self.scorer, "config") else "<in-memory>"
         cfg.pop("on_features", None)
+        if callable(self.compile):
+            cfg["compile"] = getattr(self.compile, "__name__", type(self.compile).__name__)
         cfg["selection"] = self.applied_selection  # the one used, recorded with results
         cfg["temperature"] = self.sampling_temperature  # the one used, recorded with results
         cfg["spread"] = self.topk_spread  # likewise
@@ -217,12 +270,18 @@ class LearnedPolicy(EvictionPolicy):
     def score(self, view: EvictView) -> torch.Tensor:
         if view.layer_idx == 0:
             self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[1], None, view.keys.shape[-1])
-        feats = self._extractor.features(view)
+        if self._event_fn is not None:
+            state = self._extractor.layer_state(view.layer_idx)
+            feats, scores, ok = self._event_fn(self._extractor, view, state, self._scorer.layer_params(view.layer_idx),
+                                               self.applied_newcomer_bonus, self.applied_age_prior)
+        else:
+            feats = self._extractor.features(view)
+            raw = self._layer_scores(view, feats)
+            scores, ok = self.adjust(view, raw), finite_flags(view, raw, 1)
         if self.on_features is not None:
             self.on_features(view, feats)
-        scores = self._layer_scores(view, feats)
-        self._check_finite(view, range(view.layer_idx, view.layer_idx + 1), scores)
-        return self.adjust(view, scores)
+        self._finite.append((view.event, range(view.layer_idx, view.layer_idx + 1), ok))
+        return scores
 
     def _layer_scores(self, view: EvictView, feats: torch.Tensor) -> torch.Tensor:
         """The scorer's (B, Hkv, C) scores of the candidate features of ``view``'s layer (called without gradient)."""
@@ -232,31 +291,24 @@ class LearnedPolicy(EvictionPolicy):
     def score_layers(self, view: EvictLayersView) -> torch.Tensor:
         if view.layers.start == 0:
             self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[2], None, view.keys.shape[-1])
-        feats = self._extractor.features_layers(view)
-        scores = self._scorer(feats, slice(view.layers.start, view.layers.stop))
-        self._check_finite(view, view.layers, scores)
-        return self.adjust(view, scores)
-
-    def _check_finite(self, view, layers: range, scores: torch.Tensor) -> None:
-        """Note whether the live candidates' ``scores`` of ``layers`` are finite, one flag per layer (read by
-        :meth:`end_event`)."""
-        live = view.valid[..., : view.num_candidates]
-        ok = torch.isfinite(scores).masked_fill(~live, True).reshape(len(layers), -1).all(-1)
-        self._finite.append((view.event, layers, ok))
+        layers = slice(view.layers.start, view.layers.stop)
+        state = self._extractor.layers_state(view.layers) if self._event_fn is not None else None
+        if state is not None:
+            _, scores, ok = self._event_fn(self._extractor, view.folded(), state, self._scorer.layer_params(layers),
+                                           self.applied_newcomer_bonus, self.applied_age_prior, view.num_layers)
+            self._extractor.unfold(view.layers, state)
+            scores = scores.unflatten(0, (view.num_layers, -1))
+        else:
+            raw = self._scorer(self._extractor.features_layers(view), layers)
+            scores, ok = self.adjust(view, raw), finite_flags(view, raw, view.num_layers)
+        self._finite.append((view.event, view.layers, ok))
+        return scores
 
     def adjust(self, view: EvictView, scores: torch.Tensor) -> torch.Tensor:
         """The scorer's (B, Hkv, C) ``scores`` as this policy ranks them: plus the newcomer bonus, less the age prior
-        (stateless; DAgger's rollouts apply it to the scorer's scores so that they act as this
+        (:func:`adjusted`; stateless; DAgger's rollouts apply it to the scorer's scores so that they act as this
         policy does, :class:`training.onpolicy.MixturePolicy`)."""
-        bonus = self.applied_newcomer_bonus
-        if bonus:
-            first_judged = max(view.num_candidates - view.num_protected, 0)
-            scores = scores.clone()
-            scores[..., first_judged:] += bonus
-        prior = self.applied_age_prior
-        if prior:
-            scores = scores - prior * log_age(view.positions, scores.shape[-1])
-        return scores
+        return adjusted(view, scores, self.applied_newcomer_bonus, self.applied_age_prior)
 
     def draw(self, scores: torch.Tensor, num_keep: int, layer_idx: int) -> EvictionDraw:
         """The sampled eviction of ``selection=sample`` at layer ``layer_idx``, from that layer's generator (and of
@@ -266,7 +318,9 @@ class LearnedPolicy(EvictionPolicy):
     def keep_topk(self, scores, num_keep, view):
         """``selection=topk``'s kept indices: the highest scores, with this policy's spread when it has one."""
         spread = self.topk_spread
-        return spread_keep(scores, num_keep, spread) if spread else super().select(scores, num_keep, view)
+        if not spread:
+            return super().select(scores, num_keep, view)
+        return (self._spread_fn or spread_keep)(scores, num_keep, spread)
 
     def select(self, scores, num_keep, view):
         if self.applied_selection == "topk":

@@ -78,3 +78,27 @@ def test_length_cuts_the_traces_and_is_recorded(tmp_path, capsys):
                                              rf"{n} tokens \(2 of the 2 traces are shorter\); pass --length "
                                              rf"{shortest} or less"):
         mod.main(["--model", str(tmp_path / "no-model"), *base[2:], "--length", str(too_long)])
+
+
+def test_compiled_events_are_timed_beside_the_eager_ones(tmp_path, capsys):
+    import foresight
+    from foresight.scorer import Scorer, ScorerConfig
+
+    model, tok = get_model("tiny-llama")
+    model.save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    cfg = ScorerConfig(foresight.model_fingerprint(model), budget=16, interval=4, hidden=8,
+                       feature_set=("prekey", "value", "attn", "age"))
+    Scorer(cfg, seed=0).save_pretrained(tmp_path / "scorer")
+    out = tmp_path / "bench.json"
+    assert load_script("bench_replay.py").main(
+        ["--model", str(tmp_path / "model"), "--length", "60", "--limit", "1", "--policies", "h2o,learned",
+         "--scorer", str(tmp_path / "scorer"), "--budget", "16", "--interval", "4", "--repeats", "1",
+         "--compiled", "aot_eager", "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert {"learned compiled layer-major", "learned compiled piecewise"} <= set(got["seconds"])
+    assert "h2o compiled layer-major" not in got["seconds"]  # h2o has nothing to compile
+    assert set(got["warmup_seconds"]) == {"learned compiled layer-major", "learned compiled piecewise"}
+    same = got["compiled_vs_eager"]["learned compiled"]
+    assert same["same_stats"] and same["max_ce_difference"] == 0.0
+    assert "learned compiled vs eager events" in capsys.readouterr().out
