@@ -160,9 +160,9 @@ def main(argv=None) -> int:
     shape = f"{args.length} tokens each" if args.length is not None else "whole traces"
     print(f"{len(seqs)} sequence(s) ({shape}), {tokens} tokens, B={args.budget} W={args.interval}, median of "
           f"{args.repeats} interleaved repeats, {torch.get_num_threads()} torch threads")
-    print(f"{'side':<26}{'seconds':>9}{'x full':>8}")
+    print(f"{'side':<30}{'seconds':>9}{'x full':>8}")
     for side, t in median.items():
-        print(f"{side:<26}{t:>9.2f}{t / ref:>8.2f}")
+        print(f"{side:<30}{t:>9.2f}{t / ref:>8.2f}")
     for name, a in agree.items():
         print(f"{name}: layer-major vs piecewise max |CE difference| {a['max_ce_difference']:.2e} nats, "
               f"cache statistics {'identical' if a['same_stats'] else 'DIFFER'}")
