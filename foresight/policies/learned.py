@@ -6,6 +6,8 @@ replay uses), scores from :class:`foresight.scorer.Scorer` (higher = keep).
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar
@@ -19,6 +21,17 @@ from foresight.policies.registry import register_policy
 from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
 from foresight.scorer import SELECTIONS, Scorer, layer_scores, layers_scores
 from foresight.views import EvictLayersView, EvictView, LayersView, StepView
+
+
+CPP_COMPILERS = ("g++", "clang++", "c++")
+
+
+def _cpp_compiler() -> str | None:
+    """A C++ compiler on the PATH ($CXX first), which inductor needs for CPU code; None without one."""
+    for name in (os.environ.get("CXX"), *CPP_COMPILERS):
+        if name and shutil.which(name):
+            return name
+    return None
 
 
 def event_scores(extractor, view: EvictView, state, params: tuple, bonus: float, prior: float,
@@ -155,6 +168,9 @@ class LearnedPolicy(EvictionPolicy):
         self._check_selection_args()
         if self.compile:
             backend = "inductor" if self.compile is True else self.compile
+            if backend == "inductor" and not torch.cuda.is_available() and not _cpp_compiler():
+                raise ForesightError(f"compile={self.compile}: inductor on the CPU builds C++ and no compiler was found "
+                                     f"(CXX, {', '.join(CPP_COMPILERS)}); install one, or drop compile")
             self._event_fn = torch.compile(event_scores, backend=backend, dynamic=False, fullgraph=True)
             self._spread_fn = torch.compile(spread_keep, backend=backend, dynamic=False, fullgraph=True)
 

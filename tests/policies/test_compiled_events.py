@@ -107,3 +107,13 @@ def test_the_relaxed_policy_refuses_compile():
     model, _ = get_model("tiny-llama")
     with pytest.raises(ValueError, match="drop compile"):
         RelaxedLearnedPolicy(scorer=_scorer(model), compile=True)
+
+
+def test_inductor_without_a_cpp_compiler_is_refused_before_any_work(monkeypatch):
+    import foresight.policies.learned as learned
+
+    model, _ = get_model("tiny-llama")
+    monkeypatch.setattr(learned.shutil, "which", lambda name: None)
+    with pytest.raises(ForesightError, match="compile=True: inductor on the CPU builds C\\+\\+ and no compiler"):
+        make_policy("learned", scorer=_scorer(model), compile=True)
+    make_policy("learned", scorer=_scorer(model), compile="aot_eager")  # builds no C++
