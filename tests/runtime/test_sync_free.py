@@ -22,6 +22,7 @@ READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "
 POLICIES = {
     "full": {}, "h2o": {}, "streaming_llm": {}, "keydiff": {}, "tova": {}, "snapkv": {}, "random": {},
     "paged": {"block_size": 2}, "learned-topk": {"spread": 0.05}, "learned-sample": {"selection": "sample"},
+    "learned-compiled": {"spread": 0.05, "compile": "aot_eager"},
 }
 
 
