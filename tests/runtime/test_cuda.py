@@ -104,6 +104,26 @@ def test_budgeted_generation_on_cuda_equals_cpu(name, pol):
     assert b.token_ids == a.token_ids
 
 
+@pytest.mark.parametrize("name", TINY)
+def test_compiled_learned_events_on_cuda_equal_eager_cpu(name):
+    """``learned`` with its events compiled by inductor (Triton on the GPU): the CPU's eager evictions and tokens, in
+    a layer-major replay and in decoding (every layer of an event scored at once)."""
+    cpu, gpu, tok = pair(name)
+    sc = scorer_for(cpu)
+    eager = make_policy("learned", scorer=sc, spread=0.05)
+    compiled = make_policy("learned", scorer=scorer_for(gpu), spread=0.05, compile=True)
+    seq = ids()
+    a = foresight.replay(cpu, seq, policy=eager, budget=B, interval=W)
+    b = foresight.replay(gpu, seq.cuda(), policy=compiled, budget=B, interval=W)
+    assert b.engine == "layer-major" and a.stats["evictions"] == b.stats["evictions"] > 0
+    torch.testing.assert_close(b.ce.cpu(), a.ce, atol=2e-4, rtol=2e-4)
+    kw = dict(budget=B, interval=W, max_new_tokens=80, stop_on_eos=False)
+    ref = foresight.generate(cpu, tok, PROMPTS, policy=make_policy("learned", scorer=sc, spread=0.05), **kw)
+    got = foresight.generate(gpu, tok, PROMPTS, policy=make_policy("learned", scorer=scorer_for(gpu), spread=0.05,
+                                                                   compile=True), **kw)
+    assert got.token_ids == ref.token_ids
+
+
 @pytest.mark.parametrize("pol", ["h2o", "learned"])
 def test_hf_generate_with_budgeted_cache_on_cuda(pol):
     _, gpu, tok = pair("tiny-llama")
