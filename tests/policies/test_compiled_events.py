@@ -120,3 +120,20 @@ def test_inductor_without_a_cpp_compiler_is_refused_before_any_work(monkeypatch)
     with pytest.raises(ForesightError, match="compile=True: inductor on the CPU builds C\\+\\+ and no compiler"):
         make_policy("learned", scorer=_scorer(model), compile=True)
     make_policy("learned", scorer=_scorer(model), compile="aot_eager")  # builds no C++
+
+
+def test_past_the_recompile_limit_events_run_eagerly_rather_than_fail():
+    """A long job meets many batch shapes: once dynamo's limit is spent, a new shape's events run eagerly (the same
+    evictions), and the job goes on."""
+    torch._dynamo.reset()
+    model, _ = get_model("tiny-llama")
+    sc = _scorer(model)
+    counter = CompileCounter()
+    policy = make_policy("learned", scorer=sc, compile=counter, **ARGS)
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for lengths in [(90,), (90, 61), (70, 64, 50)]:  # three batch shapes
+            got, got_kept = _replay(model, policy, _seqs(lengths), "layer-major")
+            ref, ref_kept = _replay(model, make_policy("learned", scorer=sc, **ARGS), _seqs(lengths), "layer-major")
+            assert all(torch.equal(a, b) for a, b in zip(ref_kept, got_kept)) and len(got_kept) == len(ref_kept)
+    assert counter.frame_count == 2  # the first shape's first event and spread; then the limit
+    torch._dynamo.reset()
