@@ -13,8 +13,9 @@ their cache statistics (events, evicted entries, peaks) agree.
     python benchmarks/bench_replay.py --length 460 --limit 1 --policies h2o,learned --compiled   # + compiled events
 
 ``--compiled [BACKEND]`` adds, for every policy that can compile its events (``learned``: ``compile=BACKEND``, default
-inductor), the same policy with compiled events, both engines; each such side runs once before the timed repeats (its compilation, reported as
-``warmup_seconds``), and its per-token CE is compared with the eager events' (``compiled_vs_eager``).
+inductor), the same policy with compiled events, both engines; each such side runs once before the timed repeats (its
+compilation, reported as ``warmup_seconds``), and its per-token CE is compared with the eager events'
+(``compiled_vs_eager``).
 
 ``--length N`` is the length of every sequence replayed: N random tokens, or the first N tokens (prompt included)
 of each trace, a shorter trace being refused; without it, 512 random tokens or the traces whole. The JSON output
@@ -26,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 import statistics
 import time
+from dataclasses import fields
 
 import torch
 

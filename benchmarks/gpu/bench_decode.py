@@ -4,11 +4,12 @@ Random-weight models of real shapes (SmolLM2-135M's and Qwen3-4B's configuration
 bf16, greedy, EOS ignored, random prompt tokens of one length (no padding). For every row of the table each side
 generates the same number of tokens once after a warm-up run (the warm-up compiles what compiles); tokens/s are over
 the whole batch. Columns: ``foresight.generate`` with ``full``, ``h2o`` and ``learned`` (a random scorer of the
-model's shape at the row's B/W: speed only), ``foresight.generate`` with ``h2o`` and ``learned`` on the static cache, its
-decode step compiled (:mod:`foresight.static_cache`: ``torch.compile`` mode ``reduce-overhead``, CUDA graphs; a warm-up
-run of the row's shapes compiles it; ``learned`` with its events compiled too, ``compile=``), ``model.generate`` with a :class:`~foresight.cache.BudgetedCache` (h2o),
-``model.generate`` with its dynamic cache, and with its static cache compiled (``cache_implementation="static"``,
-which transformers compiles on a GPU). Peak KV is what the budgeted cache held against the full cache.
+model's shape at the row's B/W: speed only), ``foresight.generate`` with ``h2o`` and ``learned`` on the static
+cache, its decode step compiled (:mod:`foresight.static_cache`: ``torch.compile`` mode ``reduce-overhead``, CUDA
+graphs; a warm-up run of the row's shapes compiles it; ``learned`` with its events compiled too, ``compile=``),
+``model.generate`` with a :class:`~foresight.cache.BudgetedCache` (h2o), ``model.generate`` with its dynamic cache,
+and with its static cache compiled (``cache_implementation="static"``, which transformers compiles on a GPU). Peak KV
+is what the budgeted cache held against the full cache.
 
     python benchmarks/gpu/bench_decode.py                       # the three rows of the decode table (one GPU, ~8 min)
     python benchmarks/gpu/bench_decode.py --dry-run             # tiny model on the CPU: checks the script runs
@@ -100,8 +101,8 @@ def row(model, batch: int, prompt: int, new: int, budget: int, interval: int, si
     make = {"foresight full": lambda n: ours("full", n), "foresight h2o": lambda n: ours("h2o", n),
             "foresight learned": lambda n: ours(make_policy("learned", scorer=scorer), n),
             "foresight h2o compiled": lambda n: ours("h2o", n, compiled=True),
-            "foresight learned compiled": lambda n: ours(make_policy("learned", scorer=scorer, compile=static.backend), n,
-                                                         compiled=True),
+            "foresight learned compiled": lambda n: ours(
+                make_policy("learned", scorer=scorer, compile=static.backend), n, compiled=True),
             "HF + BudgetedCache h2o": hf_cache, "HF dynamic": lambda n: hf(n),
             "HF static compiled": lambda n: hf(n, cache_implementation="static")}
     out = {}

@@ -22,8 +22,8 @@
 # 2.7 min, DAgger rounds 1-3 28 min in all: 4.9-5.1 min recording each (replays batched by length,
 # benchmarks/bench_batching.py; rows of the scorer's groups, benchmarks/bench_rows.py) and 3.2, 3.9 and 4.3 min
 # training (the aggregated rows outgrow the page cache of a 24 GB machine by round 3), train e2e about 14.5 min on two
-# threads (17 min in the full run; 24 of its steps 1.17x faster since replays split their pieces and the scorer runs
-# once an event, the scorer byte-identical), the benchmark 9.5 min on two ranks. The DAgger stage was timed on its own
+# threads (an estimate: the full run's 17 min scaled by 24 of its steps timed with the current code against the code
+# of that run, 1.17x, the scorer byte-identical), the benchmark 9.5 min on two ranks. The DAgger stage was timed on its own
 # (rounds 1-3 from a finished round 0), the others in a full run before rows held only the scorer's groups; the DAgger
 # scorers came out byte-identical.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is

@@ -107,8 +107,8 @@ class LearnedPolicy(EvictionPolicy):
     compile
         ``torch.compile`` each event (the features, the scorer and the adjusted scores of one layer or of the layers
         scored at once, and the top-k with spread) into fixed-shape code (past torch's ``recompile_limit`` of shapes,
-        the others run eagerly): ``true`` (inductor) or a ``torch.compile``
-        backend (a name or a callable). The first events of each cache shape compile (seconds to tens of seconds,
+        the others run eagerly): ``true`` (inductor) or a ``torch.compile`` backend (a name or a callable). The
+        first events of each cache shape compile (seconds to tens of seconds,
         cached on disk across runs); later ones run without most of Python's per-operation overhead, which is most of
         what an event costs on a CPU. The same functions run as eagerly, so it evicts alike up to float rounding.
         Off by default: it pays in long jobs (a replay of many traces), not in one short one.
@@ -170,8 +170,8 @@ class LearnedPolicy(EvictionPolicy):
         if self.compile:
             backend = "inductor" if self.compile is True else self.compile
             if backend == "inductor" and not torch.cuda.is_available() and not _cpp_compiler():
-                raise ForesightError(f"compile={self.compile}: inductor on the CPU builds C++ and no compiler was found "
-                                     f"(CXX, {', '.join(CPP_COMPILERS)}); install one, or drop compile")
+                raise ForesightError(f"compile={self.compile}: inductor on the CPU builds C++ and no compiler was "
+                                     f"found (CXX, {', '.join(CPP_COMPILERS)}); install one, or drop compile")
             # not fullgraph: past torch's recompile_limit a new shape then runs eagerly (dynamo warns) instead of
             # failing a long job; both functions trace whole (tests/policies/test_compiled_events.py counts frames)
             self._event_fn = torch.compile(event_scores, backend=backend, dynamic=False)

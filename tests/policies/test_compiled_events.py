@@ -77,7 +77,8 @@ def test_events_compile_once_per_state_not_per_event():
     policy = make_policy("learned", scorer=_scorer(model), compile=counter, **ARGS)
     out = foresight.replay(model, _seqs((120,)), policy, B, W, engine="layer-major")
     frames = counter.frame_count
-    assert out.stats["evictions"] > 20 and 2 <= frames <= 8  # ring fills 20, 24, 28, 32 of R = 32 rows, the first event, the spread
+    # ring fills 20, 24, 28, 32 of R = 32 rows, the first event, the spread
+    assert out.stats["evictions"] > 20 and 2 <= frames <= 8
     again = foresight.replay(model, _seqs((300,), seed=1), policy, B, W, engine="layer-major")
     assert again.stats["evictions"] > 60 and counter.frame_count == frames, frames
 
