@@ -174,7 +174,11 @@ class LearnedPolicy(EvictionPolicy):
                                      f"found (CXX, {', '.join(CPP_COMPILERS)}); install one, or drop compile")
             # not fullgraph: past torch's recompile_limit a new shape then runs eagerly (dynamo warns) instead of
             # failing a long job; both functions trace whole (tests/policies/test_compiled_events.py counts frames)
-            self._event_fn = torch.compile(event_scores, backend=backend, dynamic=False)
+            try:
+                self._event_fn = torch.compile(event_scores, backend=backend, dynamic=False)
+            except torch._dynamo.exc.InvalidBackend:
+                raise ValueError(f"compile={self.compile!r} is not a torch.compile backend; use true or one of "
+                                 f"{', '.join(torch._dynamo.list_backends())}") from None
             self._spread_fn = torch.compile(spread_keep, backend=backend, dynamic=False)
 
     def _check_selection_args(self) -> None:

@@ -105,6 +105,13 @@ def test_compile_takes_a_switch_or_a_backend(bad):
         make_policy("learned", scorer=_scorer(model), compile=bad)
 
 
+def test_an_unknown_backend_is_refused_naming_it():
+    model, _ = get_model("tiny-llama")
+    with pytest.raises(ValueError,
+                       match="compile='nosuch' is not a torch.compile backend; use true or one of .*inductor"):
+        make_policy("learned", scorer=_scorer(model), compile="nosuch")
+
+
 def test_the_relaxed_policy_refuses_compile():
     from training.e2e_policy import RelaxedLearnedPolicy
 
