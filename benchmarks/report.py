@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from evaluation.quality import quality_summary
+from evaluation.quality import REFERENCES, quality_summary
 from evaluation.stats import mean_bootstrap, paired_bootstrap, pooled_bootstrap
 from foresight.errors import ForesightError, OneLineParser, run_script
 
@@ -65,34 +65,51 @@ def _measured(name: str) -> dict:
 
 
 def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: list[dict]) -> dict:
-    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there):
-    pooled ratios with intervals and learned's paired per-trace difference with the best heuristic there. The full
-    cache's CE of each trace must be the same in both records (the same traces and positions), or nothing is
-    compared."""
+    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there), from
+    the untouched split's records (:func:`compare_across`)."""
     first = sum(large)
     name = _across_dir(small, first)
     rec = next((r for r in _read_json(RECORDS / name / "fidelity.json") if r["policy"] == LEARNED), None)
     if rec is None or (rec["budget"], rec["interval"], rec.get("score_from")) != (*small, first):
         raise ForesightError(f"{RECORDS / name / 'fidelity.json'}: no learned record at B={small[0]}, W={small[1]} "
                              f"scored from position {first}; run bash benchmarks/untouched/run.sh")
-    by = {r["policy"]: r for r in at_large}
-    ids = sorted(by["golden"]["per_trace_ce"])
+    return compare_across(rec, at_large, RECORDS / name, _quality_dir(*large),
+                          "measure both anew with bash benchmarks/untouched/run.sh")
+
+
+def compare_across(rec: dict, at_large: list[dict], where, large_name: str, remedy: str) -> dict:
+    """The policy of record ``rec`` (at a small budget, scored from the first position ``first`` of the larger one)
+    against every heuristic of the records ``at_large`` (one budget; the references' and ``learned``'s left out):
+    pooled ratios with intervals, its paired per-trace difference with the best heuristic there and by trace length.
+    The full cache's CE of each trace must be the same in both (the same traces and positions), or nothing is
+    compared."""
+    small, first = (rec["budget"], rec["interval"]), rec.get("score_from")
+    heur = [r for r in at_large if r["policy"] not in (*REFERENCES, LEARNED)]
+    if not heur:
+        raise ForesightError(f"{large_name}: no heuristic's record to compare with; {remedy}")
+    large = {(r["budget"], r["interval"]) for r in heur}
+    if len(large) != 1 or first != sum(next(iter(large))):
+        raise ForesightError(f"{where}: {rec['policy']} at B={small[0]} is scored from position {first}, not from the "
+                             f"first position the heuristics of {large_name} score; {remedy}")
+    large = next(iter(large))
+    by = {r["policy"]: r for r in heur}
+    ref = heur[0]["per_trace_ce"]
+    ids = sorted(ref)
     if sorted(rec["per_trace_ce"]) != ids or any(
-            abs(rec["per_trace_ce"][t][1] - by["golden"]["per_trace_ce"][t][1]) > 1e-4 * abs(by["golden"]["per_trace_ce"][t][1])
-            or rec["per_trace_ce"][t][2] != by["golden"]["per_trace_ce"][t][2] for t in ids):
-        raise ForesightError(f"{RECORDS / name}: not the traces and positions of {_quality_dir(*large)} "
-                             "(their full-cache CE differs); measure both anew with bash benchmarks/untouched/run.sh")
-    best = quality_summary([r for r in at_large if r["policy"] != LEARNED], [])["best_heuristic"]
-    heuristics = [p for p in by if p not in ("golden", LEARNED)]
-    ce = {p: [by[p]["per_trace_ce"][t][0] for t in ids] for p in heuristics}
+            abs(rec["per_trace_ce"][t][1] - ref[t][1]) > 1e-4 * abs(ref[t][1])
+            or rec["per_trace_ce"][t][2] != ref[t][2] for t in ids):
+        raise ForesightError(f"{where}: not the traces and positions of {large_name} (their full-cache CE differs); "
+                             f"{remedy}")
+    best = min(by, key=lambda p: by[p]["loss_ratio"])
+    ce = {p: [by[p]["per_trace_ce"][t][0] for t in ids] for p in by}
     ce["small"] = [rec["per_trace_ce"][t][0] for t in ids]
-    pooled = pooled_bootstrap(ce, [by["golden"]["per_trace_ce"][t][1] for t in ids])
+    pooled = pooled_bootstrap(ce, [ref[t][1] for t in ids])
     diff = paired_bootstrap([rec["per_trace_ratio"][t] for t in ids], [by[best]["per_trace_ratio"][t] for t in ids])
     wins = sum(rec["per_trace_ratio"][t] < by[best]["per_trace_ratio"][t] for t in ids)
-    return {"small": small, "large": large, "best": best, "traces": len(ids), "first": first,
-            "learned": pooled["ratio"]["small"], "best_ratio": pooled["ratio"][best], "diff": diff, "wins": wins,
-            "beaten": sum(pooled["ratio"]["small"]["value"] < pooled["ratio"][p]["value"] for p in heuristics),
-            "heuristics": len(heuristics), "thirds": by_length(rec["per_trace_ce"], by[best]["per_trace_ce"], ids)}
+    return {"policy": rec["policy"], "small": small, "large": large, "best": best, "traces": len(ids),
+            "first": first, "learned": pooled["ratio"]["small"], "best_ratio": pooled["ratio"][best], "diff": diff,
+            "wins": wins, "beaten": sum(pooled["ratio"]["small"]["value"] < pooled["ratio"][p]["value"] for p in by),
+            "heuristics": len(by), "thirds": by_length(rec["per_trace_ce"], by[best]["per_trace_ce"], ids)}
 
 
 def by_length(small: dict, large: dict, ids: list[str], parts: int = 3) -> list[dict]:
