@@ -55,22 +55,24 @@ def overlaps(rows: EventRows, scorer: Scorer, temperatures: list[float], chunk: 
 def main(argv=None) -> int:
     p = OneLineParser()
     p.add_argument("scorer")
-    p.add_argument("features", help="feature cache dir of `foresight train sl` (all feature groups cached)")
+    p.add_argument("features", help="feature cache dir of `foresight train sl` (of the scorer's groups or every group)")
     p.add_argument("--temperatures", default="1,0.3,0.1,0.03,0.01")
     p.add_argument("--chunk", type=positive_int, default=256, help="events scored at a time (memory)")
     args = p.parse_args(argv)
     temperatures = _temperatures(args.temperatures)
     sc = Scorer.from_pretrained(args.scorer)
-    # only the cache of the scorer's model, B, W, window and decay (one features directory holds a cache per setting)
+    # only the cache of the scorer's model, B, W, window and decay (one features directory holds a cache per setting),
+    # of its feature groups or of every group
     c = sc.config
     dirs = [FeatureCache(args.features, c.fingerprint, c.budget, c.interval, c.decay, dtype,
-                         window=c.feature_window).dir for dtype in ("float16", "bfloat16", "float32")]
+                         window=c.feature_window, groups=groups).dir
+            for dtype in ("float16", "bfloat16", "float32") for groups in (c.feature_set, FEATURE_GROUPS)]
     files = sorted(str(p) for d in dirs if d.is_dir() for p in d.glob("*.safetensors"))
     if not files:
         raise ForesightError(f"{args.features}: no feature files of the scorer's model at B={c.budget} "
                              f"W={c.interval} (window {c.feature_window}, decay {c.decay}); pass the features "
                              "directory of its `foresight train sl` run")
-    # the SL cache stores every feature group; the scorer reads its own feature set's columns of them
+    # the scorer reads its own feature set's columns (of the full feature vector, however many groups a file holds)
     cols = torch.tensor(feature_columns(sc.config.feature_set, tuple(FEATURE_GROUPS),
                                         sc.config.fingerprint["head_dim"], sc.config.num_groups))
     rows = EventRows([load_events(f, FEATURE_CACHE_FORMAT).features for f in files], cols)

@@ -114,8 +114,8 @@ def _dims(task) -> tuple[int, int]:
 
 def _groups(cfg) -> tuple[str, ...]:
     """The feature groups a round's rows hold: the scorer's (in ``FEATURE_GROUPS`` order). The rows are this scorer's
-    trajectory, of no use to another feature set, so unlike the feature cache they skip the other groups: their
-    columns, and their computation (the recency state, the query ring)."""
+    trajectory, of no use to another feature set, so even beside a feature cache of every group they skip the other
+    groups: their columns, and their computation (the recency state, the query ring)."""
     return recorded_groups(cfg.feature_set)
 
 
@@ -164,7 +164,7 @@ def rows_bytes(task, cfg, rounds, reuse: bool = True) -> tuple[int, int]:
 
 def check_disk(task, cfg, rounds, reuse: bool = True) -> None:
     """Refuse (one line) DAgger rounds whose rows will not fit on ``out_dir``'s disk, before replaying anything:
-    each round's rows take up to as much as the feature cache (as much with every feature group)."""
+    each round's rows take up to as much as a feature cache of the scorer's groups."""
     per_round = {r: rows_bytes(task, cfg, [r], reuse) for r in rounds}
     rounds = [r for r, (_, traces) in per_round.items() if traces]  # those with rows still to record
     need = sum(n for n, _ in per_round.values())

@@ -2,7 +2,7 @@
 
 Distillation records, along the golden trajectory, and each DAgger round, along its mixture policy's trajectory, the
 same thing at every event of one replay (docs/training.md, distillation and DAgger): every candidate's features (E,
-L, Hkv, C, D; of every feature group in the feature cache, of the scorer's groups in DAgger's rows), its foresight
+L, Hkv, C, D; of the scorer's groups, or in the feature cache of every group), its foresight
 value α, whether the oracle evicts it from *this* cache, and its position. :class:`RecordedEvents` holds one trace's;
 :func:`save_events` writes them packed (:mod:`training.packed_events`) and atomically, :func:`load_events` reads them
 back memory-mapped (:mod:`training.mapped_events`) whatever their layout, :func:`repack_events` rewrites files of the

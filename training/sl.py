@@ -137,11 +137,12 @@ class SLTask:
                 hidden=cfg.hidden, decay=cfg.decay, provenance=provenance)
         layers, kv_heads = fp["num_layers"], fp["num_kv_heads"]  # an event's features, in fp32, with their gradient
         check_step_memory(cfg, dist, 3 * 4 * layers * kv_heads * cfg.budget * self.scorer_config.input_dim)
-        # each rank extracts its share into the on-disk cache (every feature group), then everyone loads
-        # everything, keeping the configured feature set's columns
+        # each rank extracts its share into the on-disk cache (the scorer's feature groups, or every group), then
+        # everyone loads everything, keeping the configured feature set's columns
+        groups = cfg.feature_set if cfg.feature_cache_groups == "scorer" else tuple(FEATURE_GROUPS)
         self.feature_cache = cache = FeatureCache(
             cfg.feature_cache or Path(cfg.out_dir) / FEATURES, fp, cfg.budget, cfg.interval, cfg.decay,
-            cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window)
+            cfg.feature_dtype, weights_dtype(model), self.scorer_config.feature_window, groups)
         cache.extract(model, self.train_rows + self.val_rows, self.labels, dist, cfg.replay_batch_size)
         self.columns = torch.tensor(feature_columns(cfg.feature_set, tuple(FEATURE_GROUPS), fp["head_dim"],
                                                     fp["num_heads"] // fp["num_kv_heads"]))

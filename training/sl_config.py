@@ -12,6 +12,7 @@ from foresight.policies.registry import check_policy_names
 from foresight.scorer import Scorer
 from training.trainer_config import TracesConfig
 from training.ranking import PAIR_WEIGHTS
+from training.sl_features import FEATURE_CACHE_GROUPS
 
 
 @dataclass
@@ -19,7 +20,7 @@ class SLConfig(TracesConfig):
     """Keys of ``configs/sl.yaml`` (documented there); validated on construction."""
 
     RUN_CONTROL: ClassVar[frozenset] = TracesConfig.RUN_CONTROL | {  # labels: by content, see SLTask
-        "labels", "feature_cache", "replay_batch_size", "eval_max_rows", "eval_fidelity",
+        "labels", "feature_cache", "feature_cache_groups", "replay_batch_size", "eval_max_rows", "eval_fidelity",
         "fidelity_policies", "fidelity_max_traces", "init_scorer"}  # init_scorer: by content, see SLData
 
     out_dir: str = "runs/sl"
@@ -33,6 +34,7 @@ class SLConfig(TracesConfig):
     max_pairs: int = 0
     pair_weight: str = "uniform"
     feature_cache: str | None = None
+    feature_cache_groups: str = "scorer"
     feature_dtype: str = "float16"
     replay_batch_size: int = 1
     eval_max_rows: int = 4000
@@ -61,6 +63,9 @@ class SLConfig(TracesConfig):
             raise ValueError(f"pair_weight must be one of {', '.join(PAIR_WEIGHTS)}, got {self.pair_weight!r}")
         if self.hidden < 1 or self.margin < 0 or self.max_pairs < 0 or self.replay_batch_size < 1:
             raise ValueError("hidden and replay_batch_size must be >= 1, margin and max_pairs >= 0")
+        if self.feature_cache_groups not in FEATURE_CACHE_GROUPS:
+            raise ValueError(f"feature_cache_groups must be one of {', '.join(FEATURE_CACHE_GROUPS)}, got "
+                             f"{self.feature_cache_groups!r}")
         if self.feature_dtype not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"feature_dtype must be float16, bfloat16 or float32, got {self.feature_dtype}")
         for key in ("fidelity_max_traces", "eval_max_rows"):

@@ -9,9 +9,11 @@ the candidates' features (L, Hkv, C, D) and their targets from the labels: fores
 evict set. The LLM is frozen.
 
 :class:`FeatureCache` keeps one safetensors file per trace under a key of everything that defines the features
-(model fingerprint, B, W, the recent-query window when it is not W, decay, dtype, format). It always holds every
-feature group (``FEATURE_GROUPS`` order); a configured feature set is a column selection of it (groups are computed
-independently), so feature-set sweeps reuse one extraction. Files are written in the packed layout
+(model fingerprint, B, W, the recent-query window when it is not W, decay, dtype, format, the groups it holds). It
+holds the scorer's feature groups (``feature_cache_groups: scorer``, the default: less to compute and to store) or
+every group (``all``, in ``FEATURE_GROUPS`` order), of which any feature set is a column selection (groups are
+computed independently, so the columns are the same either way), so that feature-set sweeps reuse one extraction.
+Files are written in the packed layout
 (:mod:`training.packed_events`: an entry's key and value columns once per trace, not once per event); a file of the
 earlier dense layout is repacked in place, without a replay. With several ranks each rank extracts its share of the
 traces.
@@ -28,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from foresight.errors import ForesightError
-from foresight.features import FEATURE_GROUPS, FeatureExtractor
+from foresight.features import FeatureExtractor
 from foresight.policies import make_policy
 from foresight.policies.recorder import FeatureRecorder
 from foresight.runtime import length_batches, replay
@@ -36,9 +38,11 @@ from golden.labels import TraceLabels, token_hash
 from training.distributed import barrier
 from training.event_files import (RecordedEvents, check_free_space, concat_events, events_bytes, read_events,
                                   repack_events, save_events, saved_metadata, stack_events)
-from training.packed_events import PACKED_LAYOUT
+from training.packed_events import ALL_GROUPS, PACKED_LAYOUT, recorded_groups
 
 FEATURE_CACHE_FORMAT = "foresight-sl-features/2"  # /2: cumulative features cover every query
+#: ``feature_cache_groups``: the groups the feature cache holds, the scorer's (its feature set) or every group
+FEATURE_CACHE_GROUPS = ("scorer", "all")
 
 
 def collect_events(model, sequences, trace_ids, labels: dict, extractor_factory, budget: int, interval: int,
@@ -93,15 +97,17 @@ def trace_identity(input_ids, labels: TraceLabels) -> str:
 
 
 class FeatureCache:
-    """Per-trace event files of every feature group under ``root/<key>/`` (see the module docstring)."""
+    """Per-trace event files of the feature groups ``groups`` (default every group) under ``root/<key>/`` (see the
+    module docstring)."""
 
     def __init__(self, root: str | Path, fingerprint: dict, budget: int, interval: int, decay: float,
-                 dtype: str, weights: dict | None = None, window: int | None = None):
+                 dtype: str, weights: dict | None = None, window: int | None = None, groups=ALL_GROUPS):
         self.budget, self.interval, self.decay, self.dtype = budget, interval, decay, dtype
         self.window = window or interval  # the extractor's recent-query window (a fine-tuned scorer keeps its own)
+        self.groups = recorded_groups(groups)  # in FEATURE_GROUPS order, as packed files hold them
         self.head_dim = int(fingerprint["head_dim"])
         self.num_groups = int(fingerprint["num_heads"]) // int(fingerprint["num_kv_heads"])
-        key = [fingerprint, budget, interval, list(FEATURE_GROUPS), decay, dtype, FEATURE_CACHE_FORMAT]
+        key = [fingerprint, budget, interval, list(self.groups), decay, dtype, FEATURE_CACHE_FORMAT]
         # the model's weights dtype (foresight.fingerprint.weights_dtype), only when not float32: features of bf16
         # weights were reused by a float32 run; caches made before it was keyed stay float32's
         # likewise the window, only when it is not W: every cache made before it was keyed is W's
@@ -109,11 +115,10 @@ class FeatureCache:
         blob = json.dumps(key + extra, sort_keys=True)
         self.dir = Path(root) / hashlib.sha1(blob.encode()).hexdigest()[:16]
 
-    def extractor(self, groups=tuple(FEATURE_GROUPS)) -> FeatureExtractor:
-        """A fresh extractor with this cache's window and decay: of every feature group, the features its files hold,
-        or of ``groups``, those DAgger's rows record (:mod:`training.dagger`; the same columns, as groups are
-        computed independently)."""
-        return FeatureExtractor(window=self.window, feature_set=tuple(groups), decay=self.decay)
+    def extractor(self, groups=None) -> FeatureExtractor:
+        """A fresh extractor with this cache's window and decay: of the groups its files hold, or of ``groups``, those
+        DAgger's rows record (:mod:`training.dagger`; the same columns, as groups are computed independently)."""
+        return FeatureExtractor(window=self.window, feature_set=tuple(groups or self.groups), decay=self.decay)
 
     def file(self, trace_id: str) -> Path:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", trace_id)
@@ -133,7 +138,7 @@ class FeatureCache:
         repack_events([self.file(t) for t in dense], FEATURE_CACHE_FORMAT, self.head_dim, self.num_groups,
                       "repack features", dist.is_main)
         check_free_space(self.dir, sum(events_bytes(labels[r["trace_id"]], self.head_dim, self.num_groups,
-                                                    getattr(torch, self.dtype)) for r in stale),
+                                                    getattr(torch, self.dtype), self.groups) for r in stale),
                          f"the feature cache ({len(stale)} trace files)", "free disk space or point feature_cache "
                          "at a larger disk (files already extracted are kept)")
         todo = stale[dist.rank :: dist.world_size]
@@ -146,7 +151,7 @@ class FeatureCache:
                 self.budget, self.interval, getattr(torch, self.dtype), len(part))
             for ev in events:
                 save_events(self.file(ev.trace_id), ev, self.head_dim, self.num_groups, FEATURE_CACHE_FORMAT,
-                            {"identity": ident[ev.trace_id]})
+                            {"identity": ident[ev.trace_id]}, self.groups)
             bar.update(len(part))
         bar.close()
         barrier()

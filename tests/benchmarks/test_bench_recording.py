@@ -1,6 +1,6 @@
 """The recording benchmarks on a tiny model: benchmarks/bench_batching.py (SL feature extraction and a DAgger round,
-batched in trace order and by length) and benchmarks/bench_rows.py (a DAgger round's rows of every feature group and
-of the scorer's groups only)."""
+batched in trace order and by length) and benchmarks/bench_rows.py (rows of every feature group and of the scorer's
+groups only, of a DAgger round and of the feature cache)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from tests.training.test_sl import B, W, _make_data
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run(script: str, tmp_path, monkeypatch, feature_set: tuple[str, ...]) -> dict:
+def _run(script: str, tmp_path, monkeypatch, feature_set: tuple[str, ...], *extra: str) -> dict:
     """Run ``script`` on five tiny traces with a fresh scorer of ``feature_set``; its JSON record."""
     from foresight.scorer import Scorer, ScorerConfig
 
@@ -29,7 +29,7 @@ def _run(script: str, tmp_path, monkeypatch, feature_set: tuple[str, ...]) -> di
     assert load_script(script).main(
         ["--model", "tiny-llama", "--traces", str(traces), "--labels", str(labels), "--scorer",
          str(tmp_path / "scorer"), "--budget", str(B), "--interval", str(W), "--batch-size", "2", "--json",
-         str(tmp_path / "out.json")]) == 0
+         str(tmp_path / "out.json"), *extra]) == 0
     return json.loads((tmp_path / "out.json").read_text())
 
 
@@ -43,9 +43,11 @@ def test_both_batchings_record_the_same_features_on_a_tiny_model(tmp_path, capsy
     assert rec["traces"] == 5 and rec["padded_tokens"]["by length"] <= rec["padded_tokens"]["trace order"]
 
 
-def test_rows_of_the_scorers_groups_hold_its_columns_and_are_smaller(tmp_path, capsys, monkeypatch):
-    rec = _run("bench_rows.py", tmp_path, monkeypatch, ("attn", "value", "age"))
+@pytest.mark.parametrize("trajectory", ["round", "golden"])
+def test_rows_of_the_scorers_groups_hold_its_columns_and_are_smaller(tmp_path, capsys, monkeypatch, trajectory):
+    rec = _run("bench_rows.py", tmp_path, monkeypatch, ("attn", "value", "age"), "--trajectory", trajectory)
     out = capsys.readouterr().out
+    assert rec["trajectory"] == trajectory and out.startswith("the golden" if trajectory == "golden" else "DAgger")
     assert "| scorer's groups | value,attn,age |" in out and "bit-identical: True; same caches on 5 / 5" in out
     assert rec["groups"]["scorer's groups"] == ["value", "attn", "age"] and rec["same_caches"] == 5
     assert 0 < rec["rows_bytes"]["scorer's groups"] < rec["rows_bytes"]["every group"]

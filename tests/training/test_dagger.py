@@ -620,12 +620,10 @@ def _data_bytes(path: Path) -> int:
 
 
 def test_disk_estimates_equal_the_bytes_written(data, runs):
-    from foresight.fingerprint import model_fingerprint
     from training.dagger import rows_bytes, rows_file
     from training.distributed import DistInfo
     from training.event_files import events_bytes
     from training.sl import SLTask
-    from training.sl_features import FeatureCache
 
     root, _, _ = runs
     out = root / "dagger"
@@ -636,11 +634,11 @@ def test_disk_estimates_equal_the_bytes_written(data, runs):
     assert rows_bytes(task, task.cfg, [1]) == (0, 0)  # recorded rows are reused: nothing more to write
     assert rows_bytes(task, task.cfg, [1, 2]) == (recorded, traces)  # round 2 is still to record
     cfg = task.cfg
-    cache = FeatureCache(cfg.feature_cache, model_fingerprint(task.model), cfg.budget, cfg.interval, cfg.decay,
-                         cfg.feature_dtype)
+    cache = task.feature_cache
+    assert cache.groups == tuple(cfg.feature_set)  # the scorer's groups (feature_cache_groups: scorer)
     for row in task.train_rows + task.val_rows:  # the feature cache's files, estimated before extraction
         tid = row["trace_id"]
-        need = events_bytes(task.labels[tid], cache.head_dim, cache.num_groups, torch.float16)
+        need = events_bytes(task.labels[tid], cache.head_dim, cache.num_groups, torch.float16, cache.groups)
         assert need == _data_bytes(cache.file(tid)), tid
 
 

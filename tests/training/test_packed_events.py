@@ -131,9 +131,10 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
 
     ref = run_sl(_cfg(data, tmp_path / "ref" / "run", dagger_rounds=1, dagger_beta=0.0, steps=4))
     out = tmp_path / "old" / "run"
-    with monkeypatch.context() as m:  # earlier versions' rows held every feature group, as the feature cache does
+    old = dict(dagger_rounds=1, dagger_beta=0.0, steps=4, feature_cache_groups="all")  # dense caches held all
+    with monkeypatch.context() as m:  # earlier versions' rows held every feature group, as the feature cache did
         m.setattr(dagger, "_groups", lambda cfg: ALL)
-        first = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4))
+        first = run_sl(_cfg(data, out, **old))
     cache_files = sorted((out.parent / "features").glob("*/*.safetensors"))
     row_files = sorted(rows_file(out, 1, "x").parent.glob("*.safetensors"))
     assert cache_files and row_files
@@ -162,7 +163,7 @@ def test_dense_feature_files_and_rows_are_repacked_without_a_replay(data, tmp_pa
     monkeypatch.setattr(sl_features, "collect_events", no_replay)
     monkeypatch.setattr(dagger, "collect_onpolicy_events", no_replay)
     (out / "rounds" / "round-1" / "summary.json").unlink()  # round 1 open again: its rows are reused
-    again = run_sl(_cfg(data, out, dagger_rounds=1, dagger_beta=0.0, steps=4), resume=True)
+    again = run_sl(_cfg(data, out, **old), resume=True)
     for f, x in dense.items():
         meta = saved_metadata(f)
         assert meta["layout"] == PACKED_LAYOUT and meta["format"] == fmt(f), f

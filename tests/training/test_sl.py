@@ -520,9 +520,28 @@ def test_feature_cache_identity_covers_the_foresight_targets(tiny_data, tmp_path
     new = dataclasses.replace(old, events=[dataclasses.replace(ev0, alpha=ev0.alpha * (1 + 1e-3)), *old.events[1:]])
     assert torch.equal(new.events[0].evicted, ev0.evicted)
     assert trace_identity(row["input_ids"], new) != trace_identity(row["input_ids"], old)
-    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16")
+    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16",
+                         groups=("key", "value", "attn"))  # train sl caches its feature set's groups
     with pytest.raises(ForesightError, match="another version of trace"):
         cache.load([row], torch.arange(4), {**lab, row["trace_id"]: new})
+
+
+def test_a_cache_of_the_scorers_groups_trains_the_scorer_of_a_cache_of_every_group(tiny_data, tmp_path):
+    """feature_cache_groups: scorer (the default) extracts and stores only the feature set's groups: smaller files,
+    the same columns, so the same scorer byte for byte as from a cache of every group (all); a bad value is refused
+    when the config is built."""
+    from training.sl import run_sl
+
+    run_sl(_cfg(tiny_data, tmp_path / "mine", steps=4, dagger_rounds=1))
+    run_sl(_cfg(tiny_data, tmp_path / "all", steps=4, dagger_rounds=1, feature_cache_groups="all"))
+    for name in ("rounds/round-0/scorer/model.safetensors", "scorer/model.safetensors"):
+        assert (tmp_path / "mine" / name).read_bytes() == (tmp_path / "all" / name).read_bytes(), name
+    caches = sorted((tmp_path / "features").iterdir(), key=lambda d: sum(f.stat().st_size for f in d.iterdir()))
+    assert len(caches) == 2
+    small, big = ({f.name: f.stat().st_size for f in d.glob("*.safetensors")} for d in caches)
+    assert small.keys() == big.keys() and all(small[f] < big[f] for f in small)
+    with pytest.raises(ValueError, match="feature_cache_groups must be one of scorer, all, got 'every'"):
+        _cfg(tiny_data, tmp_path / "x", feature_cache_groups="every")
 
 
 def test_features_of_weights_in_another_dtype_are_kept_apart(tmp_path):
@@ -555,6 +574,7 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     from training.mapped_events import EventRows
     from training.event_files import load_events, saved_metadata
     from training.sl_features import FEATURE_CACHE_FORMAT, FeatureCache, trace_identity
+    from foresight.features import FEATURE_GROUPS, feature_columns
 
     def saved_identity(path):
         return saved_metadata(path).get("identity")
@@ -563,9 +583,11 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     run_sl(_cfg(tiny_data, tmp_path / "a", steps=2))
     model, _ = foresight.load_model("tiny-llama", device="cpu")
     rows = list(datasets.load_from_disk(str(traces)))
-    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16")
+    cache = FeatureCache(tmp_path / "features", foresight.model_fingerprint(model), B, W, 0.9, "float16",
+                         groups=("key", "value", "attn"))  # train sl caches its feature set's groups
     first = rows[0]
-    before = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
+    cols = torch.tensor(feature_columns(cache.groups, tuple(FEATURE_GROUPS), cache.head_dim, cache.num_groups))
+    before = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features], cols)[:]
     assert saved_identity(cache.file(first["trace_id"])) == trace_identity(first["input_ids"],
                                                                            load_labels(labels)[first["trace_id"]])
     # the same trace id, other tokens after the prompt, relabelled: a new version of the data
@@ -575,7 +597,7 @@ def test_feature_cache_never_reuses_events_of_another_version_of_a_trace(tiny_da
     save_labels(root / "labels.safetensors",
                 [label_trace(model, torch.tensor([r["input_ids"]]), B, W, r["trace_id"]) for r in [changed, *rows[1:]]])
     run_sl(_cfg((root / "traces", root / "labels.safetensors"), tmp_path / "b", steps=2))
-    after = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features])[:]
+    after = EventRows([load_events(cache.file(first["trace_id"]), FEATURE_CACHE_FORMAT).features], cols)[:]
     assert after.shape != before.shape or not torch.equal(after, before)  # extracted again from the new tokens
     new_labels = load_labels(root / "labels.safetensors")
     assert saved_identity(cache.file(first["trace_id"])) == trace_identity(changed["input_ids"],
