@@ -16,16 +16,17 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
-# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone, 2026-12-07): about
-# 1 h 31 min, the sum of its stages. Split and held-out traces 3.0 min, the 336 training traces 20.1 min (finished
-# traces leave their batch, benchmarks/bench_trace.py), golden labels 4.5 min, SL features 6.7 min, SL round 0
-# 2.7 min, DAgger rounds 1-3 28 min in all: 4.9-5.1 min recording each (replays batched by length,
-# benchmarks/bench_batching.py; rows of the scorer's groups, benchmarks/bench_rows.py) and 3.2, 3.9 and 4.3 min
-# training (the aggregated rows outgrow the page cache of a 24 GB machine by round 3), train e2e about 14.5 min on two
-# threads (an estimate: the full run's 17 min scaled by 24 of its steps timed with the current code against the code
-# of that run, 1.17x, the scorer byte-identical), the benchmark 9.5 min on two ranks. The DAgger stage was timed on its own
-# (rounds 1-3 from a finished round 0), the others in a full run before rows held only the scorer's groups; the DAgger
-# scorers came out byte-identical.
+# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone): about 1 h 24 min,
+# the sum of its stages, and 1 h 9 min without the e2e stage (E2E_STEPS=0). Split and held-out traces 3.0 min, the 336
+# training traces 20.1 min (finished traces leave their batch, benchmarks/bench_trace.py), golden labels 4.5 min,
+# SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the scorer's groups 4.1 min,
+# benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min each, replays batched by
+# length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py; trained in 2.7, 3.1 and
+# 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train e2e about 14.5 min on
+# two threads (an estimate: the full run's 17 min scaled by 24 of its steps timed with the current code against the
+# code of that run, 1.17x, the scorer byte-identical), the benchmark 9.5 min on two ranks. The SL + DAgger stage was
+# timed on its own (2026-12-07, commit 92e742a) from a full run's traces and labels, its five scorers byte-identical
+# to that run's; the other stages in that full run.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
