@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report import compare_across  # noqa: E402
+from report import across_cells, across_header, compare_across  # noqa: E402
 
 from foresight.errors import ForesightError, OneLineParser, run_script  # noqa: E402
 from foresight.output_paths import check_output_file  # noqa: E402
@@ -38,19 +38,12 @@ def _records(run: str, flag: str) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     """The comparisons as markdown: one row per policy, then the thirds by trace length."""
-    def ci(v: dict) -> str:
-        return f"{v['value']:.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
-
-    out = ["| policy at | heuristics at | positions | policy, pooled [95% CI] | best heuristic, pooled [95% CI] | "
-           "policy − best heuristic, paired per trace [95% CI] | traces it wins | heuristics it beats |",
-           "|---|---|---|---:|---:|---:|---:|---:|"]
+    out = across_header("policy")
     for a in results:
-        (b, w), (lb, lw), d = a["small"], a["large"], a["diff"]
-        out.append(f"| {a['policy']} B={b}/W={w} | B={lb}/W={lw} | ≥ {a['first']} | {ci(a['learned'])} | "
-                   f"{a['best']} {ci(a['best_ratio'])} | {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
-                   f"| {a['wins']} / {a['traces']} | {a['beaten']} / {a['heuristics']} |")
+        (b, w), (lb, lw) = a["small"], a["large"]
+        out.append(f"| {a['policy']} B={b}/W={w} | B={lb}/W={lw} | {across_cells(a)}")
     out += ["", "| policy at | positions scored per trace | traces | policy, pooled | best heuristic, pooled | "
-            "traces it wins |", "|---|---|---:|---:|---:|---:|"]
+            "traces policy wins |", "|---|---|---:|---:|---:|---:|"]
     for a in results:
         for g in a["thirds"]:
             out.append(f"| {a['policy']} B={a['small'][0]} | {g['positions'][0]}–{g['positions'][1]} | {g['traces']} "

@@ -219,6 +219,22 @@ def results_page(numbers: dict[tuple[int, int], dict], across: list[dict], measu
     return "\n".join(out)
 
 
+def across_header(who: str) -> list[str]:
+    """The header of a table of :func:`across_cells` rows whose first column names ``who`` and its budget."""
+    return [f"| {who} at | heuristics at | positions | {who}, pooled [95% CI] | best heuristic, pooled [95% CI] | "
+            f"{who} − best heuristic, paired per trace [95% CI] | traces {who} wins | heuristics {who} beats |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
+
+
+def across_cells(a: dict) -> str:
+    """The table cells of one :func:`compare_across` from its positions on: positions, the small budget's pooled
+    ratio, the best heuristic's, their paired difference, traces won and heuristics beaten."""
+    d = a["diff"]
+    return (f"≥ {a['first']} | {_ci(a['learned'])} | {a['best']} {_ci(a['best_ratio'])} | {d['mean']:+.3f} "
+            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] | {a['wins']} / {a['traces']} | {a['beaten']} / "
+            f"{a['heuristics']} |")
+
+
 def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[str]:
     """Quality against budget: every policy at each B (its own positions), then learned against the heuristics at
     two and four times its budget on the same positions."""
@@ -237,15 +253,10 @@ def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[st
     out += ["", "### Learned with half and a quarter of the memory", "",
             "Learned at budget B against the heuristics at a larger budget, on the same traces and the same positions "
             "(those the larger budget scores: learned is replayed with `foresight eval fidelity --score-from`). The "
-            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "",
-            "| learned at | heuristics at | positions | learned, pooled [95% CI] | best heuristic, pooled [95% CI] | "
-            "learned − best heuristic, paired per trace [95% CI] | traces learned wins | heuristics learned beats |",
-            "|---|---|---|---:|---:|---:|---:|---:|"]
+            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "", *across_header(LEARNED)]
     for a in across:
-        (b, w), (lb, lw), d = a["small"], a["large"], a["diff"]
-        out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | ≥ {a['first']} | {_ci(a['learned'])} | "
-                   f"{a['best']} {_ci(a['best_ratio'])} | {d['mean']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] "
-                   f"| {a['wins']} / {a['traces']} | {a['beaten']} / {a['heuristics']} |")
+        (b, w), (lb, lw) = a["small"], a["large"]
+        out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | {across_cells(a)}")
     out += ["", "The same comparisons by trace length: the traces in thirds by the number of positions scored (pooled "
             "ratios, without intervals: ten or so traces a group).", "",
             "| learned at | heuristics at | positions scored per trace | traces | learned, pooled | best heuristic, "
