@@ -16,17 +16,16 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
-# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone): about 1 h 24 min,
+# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone): about 1 h 23 min,
 # the sum of its stages, and 1 h 9 min without the e2e stage (E2E_STEPS=0). Split and held-out traces 3.0 min, the 336
 # training traces 20.1 min (finished traces leave their batch, benchmarks/bench_trace.py), golden labels 4.5 min,
 # SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the scorer's groups 4.1 min,
 # benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min each, replays batched by
 # length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py; trained in 2.7, 3.1 and
-# 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train e2e about 14.5 min on
-# two threads (an estimate: the full run's 17 min scaled by 24 of its steps timed with the current code against the
-# code of that run, 1.17x, the scorer byte-identical), the benchmark 9.5 min on two ranks. The SL + DAgger stage was
-# timed on its own (2026-12-07, commit 92e742a) from a full run's traces and labels, its five scorers byte-identical
-# to that run's; the other stages in that full run.
+# 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train e2e 13.6 min on two
+# threads, the benchmark 9.5 min on two ranks. The SL + DAgger and e2e stages were timed on their own (2026-12-07,
+# commits 92e742a and 9d4513a) from a full run's traces and labels, their six scorers byte-identical to that run's;
+# the other stages in that full run.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
