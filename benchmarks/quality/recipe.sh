@@ -23,9 +23,10 @@
 # benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min each, replays batched by
 # length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py; trained in 2.7, 3.1 and
 # 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train e2e 13.6 min on two
-# threads, the benchmark 9.5 min on two ranks. The SL + DAgger and e2e stages were timed on their own (2026-12-07,
-# commits 92e742a and 9d4513a) from a full run's traces and labels, their six scorers byte-identical to that run's;
-# the other stages in that full run.
+# threads, the benchmark 9.4 min on two ranks. The SL + DAgger, e2e and benchmark stages were timed on their own
+# (2026-12-07, commits 92e742a, 9d4513a and 271a9fc) from a full run's traces and labels, their six scorers
+# byte-identical to that run's and every policy's per-trace CE in the benchmark equal to its; the other stages in that
+# full run.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
