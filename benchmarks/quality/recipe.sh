@@ -16,17 +16,16 @@
 #                                                     # keys; its SL and benchmark directories carry no feature tag)
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
-# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, alone): about 1 h 23 min,
-# the sum of its stages, and 1 h 9 min without the e2e stage (E2E_STEPS=0). Split and held-out traces 3.0 min, the 336
-# training traces 20.1 min (finished traces leave their batch, benchmarks/bench_trace.py), golden labels 4.5 min,
-# SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the scorer's groups 4.1 min,
-# benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min each, replays batched by
-# length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py; trained in 2.7, 3.1 and
-# 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train e2e 13.6 min on two
-# threads, the benchmark 9.4 min on two ranks. The SL + DAgger, e2e and benchmark stages were timed on their own
-# (2026-12-07, commits 92e742a, 9d4513a and 271a9fc) from a full run's traces and labels, their six scorers
-# byte-identical to that run's and every policy's per-trace CE in the benchmark equal to its; the other stages in that
-# full run.
+# round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, each stage alone,
+# 2026-12-07): about 1 h 21 min, the sum of its stages, and 1 h 8 min without the e2e stage (E2E_STEPS=0). Held-out
+# traces 2.6 min, the 336 training traces 19.1 min (finished traces leave their batch, benchmarks/bench_trace.py),
+# golden labels 4.4 min, SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the
+# scorer's groups 4.1 min, benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min
+# each, replays batched by length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py;
+# trained in 2.7, 3.1 and 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train
+# e2e 13.6 min on two threads, the benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
+# 6c030f0) from the inputs of a full run earlier that day, and reproduced its outputs: the same traces, byte-identical
+# labels and scorers, every policy's per-trace CE in the benchmark equal.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
 # under $E (default runs/quality).
