@@ -6,7 +6,7 @@ policy of the small run (``golden``, ``learned``, ...) prints its pooled loss ra
 paired per-trace difference with a bootstrap interval, and the same by trace length in thirds
 (:func:`benchmarks.report.compare_across`, the comparison of ``docs/results.md``).
 
-    python benchmarks/across.py runs/ceiling/b64_from160 runs/ceiling/b128 --json benchmarks/current/ceiling/across.json
+    python benchmarks/across.py runs/ceiling/b64_from160 runs/ceiling/b128 --json runs/ceiling/across.json
 """
 
 from __future__ import annotations

@@ -65,8 +65,8 @@ def _measured(name: str) -> dict:
 
 
 def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: list[dict]) -> dict:
-    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there), from
-    the untouched split's records (:func:`compare_across`)."""
+    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there),
+    from the untouched split's records (:func:`compare_across`)."""
     first = sum(large)
     name = _across_dir(small, first)
     rec = next((r for r in _read_json(RECORDS / name / "fidelity.json") if r["policy"] == LEARNED), None)
@@ -87,11 +87,11 @@ def compare_across(rec: dict, at_large: list[dict], where, large_name: str, reme
     heur = [r for r in at_large if r["policy"] not in (*REFERENCES, LEARNED)]
     if not heur:
         raise ForesightError(f"{large_name}: no heuristic's record to compare with; {remedy}")
-    large = {(r["budget"], r["interval"]) for r in heur}
-    if len(large) != 1 or first != sum(next(iter(large))):
+    budgets = {(r["budget"], r["interval"]) for r in heur}
+    large = next(iter(budgets))
+    if len(budgets) != 1 or first != sum(large):
         raise ForesightError(f"{where}: {rec['policy']} at B={small[0]} is scored from position {first}, not from the "
                              f"first position the heuristics of {large_name} score; {remedy}")
-    large = next(iter(large))
     by = {r["policy"]: r for r in heur}
     ref = heur[0]["per_trace_ce"]
     ids = sorted(ref)
@@ -253,7 +253,8 @@ def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[st
     out += ["", "### Learned with half and a quarter of the memory", "",
             "Learned at budget B against the heuristics at a larger budget, on the same traces and the same positions "
             "(those the larger budget scores: learned is replayed with `foresight eval fidelity --score-from`). The "
-            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "", *across_header(LEARNED)]
+            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "",
+            *across_header(LEARNED)]
     for a in across:
         (b, w), (lb, lw) = a["small"], a["large"]
         out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | {across_cells(a)}")

@@ -18,8 +18,9 @@ The packed layout of one trace (one trajectory) stores
 
 A file holds every feature group (a feature cache with ``feature_cache_groups: all``: feature-set sweeps select
 columns of one extraction) or a subset of them, in ``FEATURE_GROUPS`` order (the scorer's groups: DAgger's rows, and
-the feature cache by default), named in its metadata (:func:`layout_metadata`). Either way its columns are addressed as those of the
-full feature vector, so one column selection reads both kinds; selecting a group a file lacks is refused.
+the feature cache by default), named in its metadata (:func:`layout_metadata`). Either way its columns are addressed
+as those of the full feature vector, so one column selection reads both kinds; selecting a group a file lacks is
+refused.
 
 :func:`pack` checks that every static column recorded twice for one (layer, head, position) is bit-identical, so
 a layout that would change a single feature is refused rather than written. A :class:`PackedPart` rebuilds the
