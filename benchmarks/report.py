@@ -92,6 +92,9 @@ def compare_across(rec: dict, at_large: list[dict], where, large_name: str, reme
     if len(budgets) != 1 or first != sum(large):
         raise ForesightError(f"{where}: {rec['policy']} at B={small[0]} is scored from position {first}, not from the "
                              f"first position the heuristics of {large_name} score; {remedy}")
+    if small[0] >= large[0]:
+        raise ForesightError(f"{where}: {rec['policy']} is at B={small[0]}, not below the heuristics' B={large[0]} of "
+                             f"{large_name}; {remedy}")
     by = {r["policy"]: r for r in heur}
     ref = heur[0]["per_trace_ce"]
     ids = sorted(ref)

@@ -56,6 +56,8 @@ def test_each_small_policy_is_paired_with_the_best_heuristic_by_hand(tmp_path, c
     (lambda s, l: s[1]["per_trace_ce"]["t0"].__setitem__(1, 1.0), "full-cache CE differs"),
     (lambda s, l: s[0].__setitem__("score_from", 80), "scored from position 80"),
     (lambda s, l: l.__setitem__(slice(None), [l[2]]), "no heuristic"),
+    (lambda s, l: s.__setitem__(slice(None), [dict(r, score_from=160) for r in l[:2]]),
+     "not below the heuristics' B=128"),  # the large run passed as the small one
 ])
 def test_runs_that_do_not_share_traces_and_positions_are_refused(tmp_path, capsys, break_it, message):
     across = load_script("across.py")
