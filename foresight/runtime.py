@@ -15,7 +15,7 @@ tokens. :func:`forward_logits` is the one forward both callers use:
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -120,6 +120,7 @@ def replay(
     pad_token_id: int = 0,
     grad: bool = False,
     truncate_backprop: bool = False,
+    grad_from: int = 0,
     engine: str = "auto",
     logits: bool = True,
     **meta,
@@ -146,6 +147,11 @@ def replay(
         (``foresight train adapt``). ``ce``/``entropy`` are detached.
     truncate_backprop
         With ``grad``: detach the cached keys/values after every piece, so gradients flow within a piece only.
+    grad_from
+        With ``grad``: the pieces that end at or before token ``grad_from`` run without gradient (fed as spans of
+        their own). Exact for parameters that act on the replay only after that token, as a scorer's eviction
+        biases act after the first event (``foresight train e2e`` passes B + W): the gradient never needs the
+        activations of the tokens before it.
     engine
         ``auto`` (default): layer-major (:mod:`foresight.layer_major`) for a policy that declares ``per_layer``,
         else piecewise with the reason printed once; ``layer-major`` or ``piecewise`` to choose (the same results
@@ -160,6 +166,8 @@ def replay(
     """
     if not logits and (on_logits is not None or grad):
         raise ValueError("replay(logits=False) computes no logits to hand to on_logits or to differentiate")
+    if grad_from and not grad:
+        raise ValueError(f"replay(grad_from={grad_from}) without grad=True: there is no gradient to start later")
     policy = resolve_policy(policy, **(policy_kwargs or {}))
     layer_major = _layer_major(policy, engine)
     device = model.device
@@ -185,7 +193,9 @@ def replay(
     if chunk is None and not policy.evicts and not policy.observes:
         chunk = FULL_PIECE
     pieces = cache.pieces(n, chunk)
-    groups = spans(pieces, FULL_PIECE) if layer_major else [[p] for p in pieces]
+    head = [p for p in pieces if p[1] <= grad_from]  # fed without gradient (grad_from)
+    rest = pieces[len(head):]
+    groups = spans(head, FULL_PIECE) + spans(rest, FULL_PIECE) if layer_major else [[p] for p in pieces]
     layer_major = layer_major and any(len(g) > 1 for g in groups)
     positions_all = torch.arange(n, device=device)[None].expand(batch, -1)
     with _autograd(grad):
@@ -194,8 +204,9 @@ def replay(
             if len(group) > 1:
                 cache.feed_span(group, detach=truncate_backprop)
             try:
-                out = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end],
-                                     logits_to_keep=0 if logits else 1)
+                with torch.no_grad() if end <= grad_from else nullcontext():
+                    out = forward_logits(model, cache, ids[:, start:end], positions_all[:, start:end],
+                                         logits_to_keep=0 if logits else 1)
             finally:
                 cache.span = None
             if not logits:  # no grad, no hook (checked above): only the evictions and observations were wanted

@@ -50,7 +50,8 @@ def relaxed_loss(model, scorer: Scorer, seq: list[int], budget: int, interval: i
         ref = full_reference(model, seq, first, interval)[0]
     hook = StudentKL(ref, first, seq, with_ce=True)
     policy = RelaxedLearnedPolicy(scorer=scorer, tau=tau)
-    replay(model, [seq], policy, budget, interval, on_logits=hook, grad=True, engine=engine)
+    # the tokens before the first event see no bias: their activations need no gradient
+    replay(model, [seq], policy, budget, interval, on_logits=hook, grad=True, grad_from=first, engine=engine)
     total = hook.ce if objective == "ce" else hook.kl
     if not isinstance(total, torch.Tensor):  # no position after the first event
         total = sum(p.sum() * 0.0 for p in scorer.parameters())

@@ -7,11 +7,18 @@ to: no entry leaves attention. Each candidate ``i`` of an event gets the log kee
     log p_i = log sigmoid((s_i - t) / tau),   t = (s_(k) + s_(k+1)) / 2
 
 (``s`` the adjusted scores with gradient, ``s_(k)`` the k-th highest, ``k`` the entries kept), and an entry's bias is
-the sum of its ``log p`` over every event it went through. Kept entries stay in the cache with their bias; evicted
-ones move to a per-layer store of ghost keys/values with the bias they had when they left, and every later query
-attends to both, the bias added to its attention logits (:meth:`RelaxedLearnedPolicy.extend_attention`, called by
-:func:`foresight.attention.attend`). As ``tau -> 0`` the kept entries' bias goes to 0 and the evicted entries' to
-``-inf``: the hard ``learned`` replay; ``tau = 0`` is that limit exactly (bias 0 / ``-inf`` from the hard choice).
+the sum of its ``log p`` over every event it went through (an evicted entry keeps the bias it left with). Every
+later query attends to every token fed so far, the bias added to its attention logits. As ``tau -> 0`` the kept
+entries' bias goes to 0 and the evicted entries' to ``-inf``: the hard ``learned`` replay; ``tau = 0`` is that limit
+exactly (bias 0 / ``-inf`` from the hard choice).
+
+The policy keeps, per layer, every token's keys and values and a bias per token (column), and the hard cache's map
+from slots to columns. The hard trajectory of a layer depends on that layer's keys, queries and hard-cache attention
+only, not on its relaxed attention output. So the runtime lets the cache observe and evict piece by piece, the
+policy recording the bias each piece's queries see (:meth:`RelaxedLearnedPolicy.piece_bias`), and the relaxed
+attention of all the pieces of a layer-major span (one piece in piecewise replay) runs as one SDPA call over every
+column with a (queries x columns) float mask (:meth:`RelaxedLearnedPolicy.relaxed_attention`, called by
+:mod:`foresight.attention`).
 
 Gradients reach the scorer through every bias term (the threshold included); the features, the candidate sets
 and the hard choice carry none (straight-through on the trajectory).
@@ -24,6 +31,8 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from foresight.policies.learned import LearnedPolicy
 from foresight.views import chunk_causal
@@ -58,12 +67,14 @@ class RelaxedLearnedPolicy(LearnedPolicy):
     ``tau``: the relaxation's temperature (0: the hard limit). Not registered as a policy name: training builds it.
     """
 
-    selects_rows: ClassVar[bool] = False  # per-row biases and ghost entries of its own
+    selects_rows: ClassVar[bool] = False  # per-row bias columns and stored entries of its own
     tau: float = 0.01
     _raw: Any = field(default=None, init=False, repr=False)
     _graded: Any = field(default=None, init=False, repr=False)
-    _bias: list = field(default_factory=list, init=False, repr=False)
-    _ghosts: list = field(default_factory=list, init=False, repr=False)
+    _cum: list = field(default_factory=list, init=False, repr=False)
+    _col: list = field(default_factory=list, init=False, repr=False)
+    _rows: list = field(default_factory=list, init=False, repr=False)
+    _store: list = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
         if self.spread is None:
@@ -92,8 +103,10 @@ class RelaxedLearnedPolicy(LearnedPolicy):
 
     def reset(self, batch_size, num_layers, device, num_groups: int = 1, fingerprint=None, **meta):
         super().reset(batch_size, num_layers, device, num_groups=num_groups, fingerprint=fingerprint, **meta)
-        self._bias = [None] * num_layers  # per cache slot: the summed log-keep of the entries held (with graph)
-        self._ghosts = [None] * num_layers  # evicted (keys, values, bias), attended with their bias
+        self._cum = [None] * num_layers  # (batch, Hkv, columns): every token's summed log-keep (with graph)
+        self._col = [None] * num_layers  # (batch, Hkv, slots): the column of each hard-cache slot
+        self._rows = [[] for _ in range(num_layers)]  # the bias each piece since the last attention call sees
+        self._store = [None] * num_layers  # (keys, values) of every column
 
     def _layer_scores(self, view, feats):
         with torch.enable_grad():  # the one scorer pass: with its graph here, detached for the hard choice
@@ -113,50 +126,55 @@ class RelaxedLearnedPolicy(LearnedPolicy):
         return keep
 
     def _follow(self, scores: torch.Tensor, keep: torch.Tensor, view) -> None:
-        """Move this event's biases with the hard choice: kept slots keep theirs (+ log p), evicted become ghosts."""
+        """Add this event's log keep-probabilities to its candidates' columns and follow the hard choice's slots
+        (the cache keeps the chosen candidates in slot order, then the newest entries)."""
         layer, n, c = view.layer_idx, view.keys.shape[2], view.num_candidates
+        col = self._col[layer]
+        if col is None or col.shape[-1] != n:
+            raise RuntimeError(f"layer {layer}: the relaxed policy follows {0 if col is None else col.shape[-1]} "
+                               f"slots, the cache holds {n}")
         lk = log_keep(scores, self._graded, keep, self.tau)
-        total = self._slot_bias(layer, n, lk.dtype, lk.device)
-        total = total + F.pad(lk, (0, n - c))
-        keep_sorted = keep.sort(dim=-1).values
+        self._cum[layer] = self._cum[layer].to(lk.dtype).scatter_add(-1, col[..., :c], lk)
         newest = torch.arange(c, n, device=keep.device).expand(*keep.shape[:2], -1)
-        self._bias[layer] = total.gather(-1, torch.cat([keep_sorted, newest], dim=-1))
-        kept = torch.zeros_like(scores, dtype=torch.bool).scatter_(-1, keep, True)
-        gone = kept.to(torch.int8).sort(dim=-1, stable=True).indices[..., : c - keep.shape[-1]]
-        d = view.keys.shape[-1]
-        ghost = (view.keys.gather(2, gone[..., None].expand(-1, -1, -1, d)),
-                 view.values.gather(2, gone[..., None].expand(-1, -1, -1, view.values.shape[-1])),
-                 total.gather(-1, gone))
-        old = self._ghosts[layer]
-        self._ghosts[layer] = ghost if old is None else tuple(torch.cat([a, b], dim=2) for a, b in zip(old, ghost))
+        self._col[layer] = col.gather(-1, torch.cat([keep.sort(dim=-1).values, newest], dim=-1))
         self._graded = self._raw = None
 
-    def _slot_bias(self, layer: int, n: int, dtype, device) -> torch.Tensor:
-        """The bias of the layer's ``n`` cache slots: the held entries' sums, 0 for the entries appended since."""
-        held = self._bias[layer]
-        if held is None:
-            return torch.zeros(1, 1, n, dtype=dtype, device=device)
-        return F.pad(held, (0, n - held.shape[-1]))
+    def piece_bias(self, layer_idx: int, key: torch.Tensor, new: int) -> None:
+        """A piece of ``new`` tokens entered the layer (``key``: the layer's cache keys, for shape and device), before
+        its event: new columns of bias 0, and the bias row its queries see."""
+        cum, col = self._cum[layer_idx], self._col[layer_idx]
+        b, hkv = key.shape[:2]
+        start = 0 if cum is None else cum.shape[-1]
+        cols = torch.arange(start, start + new, device=key.device).expand(b, hkv, new)
+        self._col[layer_idx] = cols if col is None else torch.cat([col, cols], dim=-1)
+        dtype = self._scorer.w1.dtype
+        self._cum[layer_idx] = cum = (torch.zeros(b, hkv, new, dtype=dtype, device=key.device) if cum is None
+                                      else F.pad(cum, (0, new)))
+        self._rows[layer_idx].append(cum)
 
-    def extend_attention(self, layer_idx: int, query, key, value, mask):
-        """Keys, values and float mask of one attention call with the ghosts and every entry's bias (None before the
-        first event: nothing to add). ``mask``: the cache's boolean mask or None (chunk-causal)."""
-        held, ghosts = self._bias[layer_idx], self._ghosts[layer_idx]
-        if held is None and ghosts is None:
-            return None
-        b, hq, q = query.shape[:3]
-        n, hkv = key.shape[2], key.shape[1]
+    def relaxed_attention(self, module, query, key, value, kwargs: dict):
+        """The relaxed attention of the pieces entered since the last call: ``query`` (batch, Hq, s, d) their queries,
+        ``key``/``value`` (batch, Hkv, s, d) their own entries. One SDPA over every column so far, each query with
+        the bias row of its piece and causal; returns SDPA's (batch, s, Hq, d) output and None."""
+        layer = module.layer_idx
+        rows, self._rows[layer] = self._rows[layer], []
+        old = self._store[layer]
+        if old is not None:
+            key, value = torch.cat([old[0], key], dim=2), torch.cat([old[1], value], dim=2)
+        self._store[layer] = (key, value)
+        b, hq, s = query.shape[:3]
+        hkv, t = key.shape[1], key.shape[2]
+        start, bias = t - s, []
+        for row in rows:  # a piece's queries are the columns its row was extended by
+            end = row.shape[-1]
+            bias.append(F.pad(row, (0, t - end))[:, :, None, :].expand(b, hkv, end - start, t))
+            start = end
+        if start != t:
+            raise RuntimeError(f"layer {layer}: {len(rows)} pieces of bias for {s} queries")
+        mask = torch.cat(bias, dim=2).to(query.dtype).masked_fill(~chunk_causal(s, t, key.device), float("-inf"))
         g = hq // hkv
-        allowed = mask if mask is not None else chunk_causal(q, n, key.device)[None, None]
-        bias = self._slot_bias(layer_idx, n, query.dtype, key.device).to(query.dtype)
-        bias = bias.expand(b, hkv, n).repeat_interleave(g, dim=1)[:, :, None, :]
-        full = bias.masked_fill(~allowed, float("-inf"))
-        if ghosts is not None:
-            gk, gv, gb = ghosts
-            gb = gb.to(query.dtype).expand(b, hkv, -1).repeat_interleave(g, dim=1)[:, :, None, :]
-            full = torch.cat([gb.expand(-1, -1, q, -1), full.expand(b, hq, q, n)], dim=-1)
-            key, value = torch.cat([gk.to(key.dtype), key], dim=2), torch.cat([gv.to(value.dtype), value], dim=2)
-        return key, value, full.expand(b, hq, q, -1)
+        mask = mask.repeat_interleave(g, dim=1) if g > 1 else mask
+        return sdpa_attention_forward(module, query, key, value, mask, **{**kwargs, "is_causal": False})
 
 
 __all__ = ["RelaxedLearnedPolicy", "log_keep"]

@@ -15,7 +15,7 @@ from foresight.policies import make_policy
 from foresight.runtime import replay
 from foresight.scorer import Scorer, ScorerConfig
 from tests.conftest import get_model, save_random_traces
-from training.adapt_student import full_reference
+from training.adapt_student import StudentKL, full_reference
 from training.e2e import relaxed_loss
 from training.e2e_policy import RelaxedLearnedPolicy
 
@@ -67,8 +67,6 @@ class _FixedFeatures(RelaxedLearnedPolicy):
 
 
 def _loss(model, sc, seq, ref, objective, engine, fixed):
-    from training.adapt_student import StudentKL
-
     hook = StudentKL(ref, B + W, seq, with_ce=True)
     policy = _FixedFeatures(scorer=sc, tau=0.5)
     policy.fixed = fixed
@@ -149,6 +147,57 @@ def test_hard_limit_equals_the_learned_replay(tau):
     soft = replay(model, [seqs[0]], RelaxedLearnedPolicy(scorer=sc, tau=1.0), B, W)
     hard = replay(model, [seqs[0]], make_policy("learned", scorer=sc, spread=0.0), B, W)
     assert (soft.ce[0, B + W:] - hard.ce[0, B + W:]).abs().max() > 1e-4
+
+
+def _relaxed_grad(model, sc, seqs, engine, tau=0.5, grad_from=0):
+    """Per-token CE of a relaxed replay of ``seqs`` and the gradient of its summed CE (positions >= B + W)."""
+    sc.zero_grad()
+    res = replay(model, seqs, RelaxedLearnedPolicy(scorer=sc, tau=tau), B, W, grad=True, engine=engine,
+                 grad_from=grad_from,
+                 on_logits=(hook := StudentKL(None, B + W, seqs[0], with_ce=True)) if len(seqs) == 1 else None)
+    if len(seqs) == 1:
+        hook.ce.backward()
+    return res.ce, [p.grad.clone() for p in (sc.w1, sc.b1, sc.w2, sc.b2)]
+
+
+def test_relaxed_attention_is_the_same_over_spans_and_pieces(monkeypatch):
+    """The relaxed attention runs once per layer-major span over every token so far: spans of three pieces (an
+    event inside, bias rows carried across spans) give the per-token CE and gradient of one span and of piecewise
+    replay; so do the tokens before the first event fed without gradient (``grad_from``, as train e2e feeds them)."""
+    import foresight.runtime as runtime
+
+    model = _fp64_model()
+    sc = _scorer(model, seed=2)
+    seq = _seq(61, seed=4)
+    one_ce, one_grad = _relaxed_grad(model, sc, [seq], "layer-major")
+    piece_ce, piece_grad = _relaxed_grad(model, sc, [seq], "piecewise")
+    monkeypatch.setattr(runtime, "FULL_PIECE", 3 * W)
+    spans_ce, spans_grad = _relaxed_grad(model, sc, [seq], "layer-major")
+    later = [_relaxed_grad(model, sc, [seq], engine, grad_from=B + W) for engine in ("layer-major", "piecewise")]
+    assert any(g.abs().max() > 1e-6 for g in one_grad)
+    for ce, grad in ((piece_ce, piece_grad), (spans_ce, spans_grad), *later):
+        torch.testing.assert_close(ce, one_ce, rtol=0, atol=1e-10, equal_nan=True)
+        for a, b in zip(grad, one_grad):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["layer-major", "piecewise"])
+def test_relaxed_rows_of_a_batch_are_the_rows_alone(engine):
+    """Right-padded rows of different lengths: each row's relaxed per-token CE is its CE replayed alone (padding
+    columns get their own bias and are never attended by a real token)."""
+    model = _fp64_model()
+    sc = _scorer(model, seed=1)
+    seqs = [_seq(57, seed=8), _seq(41, seed=9)]
+    both = replay(model, seqs, RelaxedLearnedPolicy(scorer=sc, tau=0.5), B, W, engine=engine).ce
+    for i, seq in enumerate(seqs):
+        alone = replay(model, [seq], RelaxedLearnedPolicy(scorer=sc, tau=0.5), B, W, engine=engine).ce[0]
+        torch.testing.assert_close(both[i, : alone.shape[-1]], alone, rtol=0, atol=1e-10, equal_nan=True)
+
+
+def test_grad_from_needs_grad():
+    model, _ = get_model("tiny-llama")
+    with pytest.raises(ValueError, match=r"grad_from=20\) without grad=True"):
+        replay(model, [_seq(30)], "h2o", B, W, grad_from=20)
 
 
 def test_relaxed_policy_refuses_other_selections():
