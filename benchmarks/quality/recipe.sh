@@ -17,13 +17,14 @@
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
 # round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, each stage alone,
-# 2026-12-07): about 1 h 21 min, the sum of its stages, and 1 h 8 min without the e2e stage (E2E_STEPS=0). Held-out
+# 2026-12-07): about 1 h 17 min, the sum of its stages, and 1 h 8 min without the e2e stage (E2E_STEPS=0). Held-out
 # traces 2.6 min, the 336 training traces 19.1 min (finished traces leave their batch, benchmarks/bench_trace.py),
 # golden labels 4.4 min, SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the
 # scorer's groups 4.1 min, benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min
 # each, replays batched by length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py;
 # trained in 2.7, 3.1 and 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train
-# e2e 13.6 min on two threads, the benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
+# e2e about 9.5 min on two threads (estimated: 13.6 min measured at 6c030f0, its steps since 1.43x faster in
+# alternating runs, 397e06c), the benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
 # 6c030f0) from the inputs of a full run earlier that day, and reproduced its outputs: the same traces, byte-identical
 # labels and scorers, every policy's per-trace CE in the benchmark equal.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
