@@ -109,7 +109,8 @@ class LearnedPolicy(EvictionPolicy):
         scored at once, and the top-k with spread) into fixed-shape code (past torch's ``recompile_limit`` of shapes,
         the others run eagerly): ``true`` (inductor) or a ``torch.compile`` backend (a name or a callable). The
         first events of each cache shape compile (seconds to tens of seconds, cached on disk across runs); later ones
-        run without most of Python's per-operation overhead, which is most of what an event costs on a CPU. The same functions run as eagerly, so it evicts alike up to float rounding.
+        run without most of Python's per-operation overhead, which is most of what an event costs on a CPU. The same
+        functions run as eagerly, so it evicts alike up to float rounding.
         Off by default: it pays in long jobs (a replay of many traces), not in one short one.
     any_budget
         Run the scorer at a budget/interval other than the (B, W) its config records (the one it was trained at,
