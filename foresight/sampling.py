@@ -124,20 +124,21 @@ def spread_keep(scores: torch.Tensor, num_keep: int, spread: float) -> torch.Ten
     keeps what :func:`top_keep` keeps.
 
     The greedy loop runs on the scores reversed (so ``argmin``'s first hit among ties is the newest) between two
-    sentinel columns (so both neighbours always exist), protected entries held at the largest finite float and
-    evicted ones at +inf: five tensor operations per evicted entry, none reading a value back."""
+    sentinel columns (so both neighbours always exist), with padding at the lowest finite float and protected entries
+    at the largest (below the evicted mark, +inf): two tensor operations per evicted entry (its ``argmin``, then one
+    ``scatter_add_`` of +inf to it and of its gain to its neighbours), none reading a value back."""
     c = scores.shape[-1]
     big = torch.finfo(torch.float32).max
-    s = scores.float().reshape(-1, c).flip(-1).clamp(max=big)  # protected: +inf -> big, below the evicted mark
+    s = scores.float().reshape(-1, c).flip(-1).clamp(-big, big)  # finite, so that adding +inf evicts any entry
     r = torch.nn.functional.pad(s, (1, 1), value=float("inf"))  # (R, c + 2): sentinels at 0 and c + 1
-    gain = torch.where(r.abs() < big, spread, 0.0)  # what evicting an entry adds to its neighbours: 0 if not finite
+    gain = torch.where(r.abs() < big, spread, 0.0)[:, 1 : c + 1]  # what evicting an entry adds to its neighbours
+    # evicting live entry j adds (+inf, gain, gain) to padded columns (j + 1, j, j + 2): itself, then its neighbours
+    add = torch.stack((torch.full_like(gain, float("inf")), gain, gain), dim=-1)  # (R, c, 3)
     live = r[:, 1 : c + 1]
-    offsets = torch.tensor([[1, 0, 2]], device=r.device)  # the entry's padded column, then its two neighbours'
+    offsets = torch.tensor([[1, 0, 2]], device=r.device)
     for _ in range(c - num_keep):
-        cols = live.argmin(-1, keepdim=True) + offsets  # the lowest live entry (the newest of ties) and neighbours
-        gained = gain.gather(-1, cols[:, :1])
-        r.scatter_(-1, cols[:, :1], float("inf"))
-        r.scatter_add_(-1, cols[:, 1:], gained.expand(-1, 2))
+        j = live.argmin(-1, keepdim=True)  # the lowest live entry (the newest of ties)
+        r.scatter_add_(-1, j + offsets, add.gather(1, j[..., None].expand(-1, 1, 3))[:, 0])
     kept = (live != float("inf")).flip(-1).reshape(scores.shape)
     return kept.byte().argsort(dim=-1, descending=True, stable=True)[..., :num_keep]  # the kept, ascending
 
