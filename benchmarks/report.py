@@ -6,7 +6,9 @@
 Input: the untouched split's records, each with a ``measured.json`` beside it (the date and the commit it was
 measured at), all written by ``benchmarks/untouched/run.sh`` to ``benchmarks/current/untouched/``: the quality
 benchmark at each budget (``quality_B{B}_W{W}/quality.json``) and learned replayed on the positions a larger budget
-scores (``across_B{B}_from{N}/fidelity.json``, ``foresight eval fidelity --score-from N``). Every number is recomputed from the per-trace records: pooled loss ratios and
+scores (``across_B{B}_from{N}/fidelity.json``, ``foresight eval fidelity --score-from N``), golden beside it: the
+oracle's margin bounds what a scorer that imitates it can show. Every number is recomputed from the per-trace records:
+pooled loss ratios and
 the pooled share of the best-heuristic -> golden gap with bootstrap intervals (:func:`evaluation.stats.pooled_bootstrap`),
 per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`), and the paired difference learned - best
 heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/docs/test_readme.py`` fails when the committed
@@ -28,6 +30,7 @@ RECORDS = REPO / "benchmarks" / "current" / "untouched"
 SETTINGS = ((64, 16), (128, 32))  # the headline's
 BUDGETS = ((32, 8), (64, 16), (128, 32))  # the quality-against-budget curve
 ACROSS = (((32, 8), (64, 16)), ((32, 8), (128, 32)), ((64, 16), (128, 32)))  # learned at one, heuristics at the other
+ACROSS_POLICIES = ("learned", "golden")  # replayed at the small budget on the larger one's positions
 LEARNED = "learned"
 ROWS = ("full", "golden", LEARNED, "best", "h2o", "streaming_llm")
 LABELS = {
@@ -64,17 +67,21 @@ def _measured(name: str) -> dict:
     return _read_json(RECORDS / name / "measured.json")
 
 
-def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: list[dict]) -> dict:
-    """Learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores (>= B + W there),
-    from the untouched split's records (:func:`compare_across`)."""
+def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: list[dict]) -> list[dict]:
+    """Golden and learned at ``small`` against every heuristic at ``large``, on the positions ``large`` scores
+    (>= B + W there), from the untouched split's records (:func:`compare_across`), one comparison per policy."""
     first = sum(large)
     name = _across_dir(small, first)
-    rec = next((r for r in _read_json(RECORDS / name / "fidelity.json") if r["policy"] == LEARNED), None)
-    if rec is None or (rec["budget"], rec["interval"], rec.get("score_from")) != (*small, first):
-        raise ForesightError(f"{RECORDS / name / 'fidelity.json'}: no learned record at B={small[0]}, W={small[1]} "
-                             f"scored from position {first}; run bash benchmarks/untouched/run.sh")
-    return compare_across(rec, at_large, RECORDS / name, _quality_dir(*large),
-                          "measure both anew with bash benchmarks/untouched/run.sh")
+    recs = {r["policy"]: r for r in _read_json(RECORDS / name / "fidelity.json")}
+    out = []
+    for policy in ACROSS_POLICIES:
+        rec = recs.get(policy)
+        if rec is None or (rec["budget"], rec["interval"], rec.get("score_from")) != (*small, first):
+            raise ForesightError(f"{RECORDS / name / 'fidelity.json'}: no {policy} record at B={small[0]}, "
+                                 f"W={small[1]} scored from position {first}; run bash benchmarks/untouched/run.sh")
+        out.append(compare_across(rec, at_large, RECORDS / name, _quality_dir(*large),
+                                  "measure both anew with bash benchmarks/untouched/run.sh"))
+    return out
 
 
 def compare_across(rec: dict, at_large: list[dict], where, large_name: str, remedy: str) -> dict:
@@ -256,20 +263,22 @@ def budget_section(numbers: dict, across: list[dict], measured: dict) -> list[st
     out += ["", "### Learned with half and a quarter of the memory", "",
             "Learned at budget B against the heuristics at a larger budget, on the same traces and the same positions "
             "(those the larger budget scores: learned is replayed with `foresight eval fidelity --score-from`). The "
-            "best heuristic is chosen at the larger budget, on these traces, after the fact.", "",
-            *across_header(LEARNED)]
+            "best heuristic is chosen at the larger budget, on these traces, after the fact. Golden, the oracle "
+            "learned imitates, is replayed the same way: its margin over the heuristics bounds what imitation can "
+            "show.", "", *across_header("policy")]
     for a in across:
         (b, w), (lb, lw) = a["small"], a["large"]
-        out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | {across_cells(a)}")
+        out.append(f"| {a['policy']} B={b}/W={w} | B={lb}/W={lw} ({lb // b}× the memory) | {across_cells(a)}")
     out += ["", "The same comparisons by trace length: the traces in thirds by the number of positions scored (pooled "
             "ratios, without intervals: ten or so traces a group).", "",
-            "| learned at | heuristics at | positions scored per trace | traces | learned, pooled | best heuristic, "
-            "pooled | traces learned wins |", "|---|---|---|---:|---:|---:|---:|"]
+            "| policy at | heuristics at | positions scored per trace | traces | policy, pooled | best heuristic, "
+            "pooled | traces policy wins |", "|---|---|---|---:|---:|---:|---:|"]
     for a in across:
         (b, w), (lb, lw) = a["small"], a["large"]
         for g in a["thirds"]:
-            out.append(f"| B={b}/W={w} | B={lb}/W={lw} ({a['best']}) | {g['positions'][0]}–{g['positions'][1]} | "
-                       f"{g['traces']} | {g['small']:.3f} | {g['large']:.3f} | {g['wins']} / {g['traces']} |")
+            out.append(f"| {a['policy']} B={b}/W={w} | B={lb}/W={lw} ({a['best']}) | {g['positions'][0]}–"
+                       f"{g['positions'][1]} | {g['traces']} | {g['small']:.3f} | {g['large']:.3f} | {g['wins']} / "
+                       f"{g['traces']} |")
     out += ["", f"Untouched split, as the headline. Measured {_when(list(measured.values()))}.", ""]
     return out
 
@@ -329,7 +338,7 @@ def plot_budget(numbers: dict[tuple[int, int], dict], path: Path) -> None:
 def render() -> tuple[str, str, dict]:
     records = {s: _load(*s) for s in BUDGETS}
     numbers = {s: setting_numbers(records[s]) for s in BUDGETS}
-    across = [across_numbers(small, large, records[large]) for small, large in ACROSS]
+    across = [a for small, large in ACROSS for a in across_numbers(small, large, records[large])]
     names = [_quality_dir(*s) for s in BUDGETS] + [_across_dir(s, sum(large)) for s, large in ACROSS]
     measured = {n: _measured(n) for n in names}  # keyed by record directory
     return headline(numbers, measured), results_page(numbers, across, measured), numbers

@@ -7,9 +7,10 @@
 #
 # Stages: traces of the default model (T=0.6, at most 512 new tokens, seed 0) -> golden labels at each budget
 # (B = 32, 64, 128 with W = B/4) -> the quality benchmark (every heuristic, golden, the learned scorer) at each
-# budget -> learned replayed once more on the positions a larger budget scores (`--score-from`), so that learned at
-# B can be compared with the heuristics at 2B and 4B on the same positions. B=64 and B=128 use the shipped scorers;
-# B=32 uses the B=64 scorer moved to the smaller cache (`foresight export --budget 32 --interval 8`).
+# budget -> learned and golden replayed once more on the positions a larger budget scores (`--score-from`), so that
+# learned at B can be compared with the heuristics at 2B and 4B on the same positions, beside the oracle it
+# imitates. B=64 and B=128 use the shipped scorers; B=32 uses the B=64 scorer moved to the smaller cache
+# (`foresight export --budget 32 --interval 8`).
 #
 # A stage whose record exists is skipped, so a stopped run resumes with the same command (the trace, golden and
 # quality stages also resume inside themselves). To measure anew, delete benchmarks/current/untouched/. Intermediate
@@ -58,11 +59,12 @@ quality() {  # the quality benchmark at B=$1, W=$2 (paged's blocks: 16 tokens, o
         > $E/quality_B$1_W$2.log 2>&1
     measured $dir
 }
-across() {  # learned at B=$1, W=$2 on the positions >= $3 (those of a larger budget)
+across() {  # learned and golden at B=$1, W=$2 on the positions >= $3 (those of a larger budget)
     local dir=$OUT/across_B$1_from$3
     [ -f $dir/measured.json ] && return 0
-    $PY -m foresight eval fidelity --model smollm2-135m --traces $E/traces --policies learned \
-        --scorer $(scorer $1 $2) --budget $1 --interval $2 --score-from $3 --out $dir --quiet \
+    $PY -m foresight eval fidelity --model smollm2-135m --traces $E/traces --policies learned,golden \
+        --scorer $(scorer $1 $2) --golden $E/golden_B$1_W$2 --budget $1 --interval $2 --score-from $3 --out $dir \
+        --quiet \
         > $E/across_B$1_from$3.log 2>&1
     measured $dir
 }
