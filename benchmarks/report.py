@@ -73,15 +73,13 @@ def across_numbers(small: tuple[int, int], large: tuple[int, int], at_large: lis
     first = sum(large)
     name = _across_dir(small, first)
     recs = {r["policy"]: r for r in _read_json(RECORDS / name / "fidelity.json")}
-    out = []
     for policy in ACROSS_POLICIES:
         rec = recs.get(policy)
         if rec is None or (rec["budget"], rec["interval"], rec.get("score_from")) != (*small, first):
             raise ForesightError(f"{RECORDS / name / 'fidelity.json'}: no {policy} record at B={small[0]}, "
                                  f"W={small[1]} scored from position {first}; run bash benchmarks/untouched/run.sh")
-        out.append(compare_across(rec, at_large, RECORDS / name, _quality_dir(*large),
-                                  "measure both anew with bash benchmarks/untouched/run.sh"))
-    return out
+    return [compare_across(recs[p], at_large, RECORDS / name, _quality_dir(*large),
+                           "measure both anew with bash benchmarks/untouched/run.sh") for p in ACROSS_POLICIES]
 
 
 def compare_across(rec: dict, at_large: list[dict], where, large_name: str, remedy: str) -> dict:

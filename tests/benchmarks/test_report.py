@@ -26,3 +26,20 @@ def test_by_length_groups_and_pools_as_by_hand():
         assert g["small"] == pytest.approx(sum(small[t][0] for t in members) / full)
         assert g["large"] == pytest.approx(sum(large[t][0] for t in members) / full)
         assert g["wins"] == sum(small[t][0] < large[t][0] for t in members)  # same full-cache CE per trace
+
+
+def test_across_numbers_needs_golden_beside_learned(tmp_path, monkeypatch):
+    """A record of learned alone (as run.sh wrote before golden was replayed beside it) is refused in one line naming
+    the file and the missing policy, not reported without the oracle's row."""
+    import json
+
+    from foresight.errors import ForesightError
+
+    report = load_script("report.py")
+    monkeypatch.setattr(report, "RECORDS", tmp_path)
+    (tmp_path / "across_B64_from160").mkdir()
+    rec = {"policy": "learned", "budget": 64, "interval": 16, "score_from": 160}
+    (tmp_path / "across_B64_from160" / "fidelity.json").write_text(json.dumps([rec]))
+    with pytest.raises(ForesightError, match=r"across_B64_from160/fidelity\.json: no golden record at B=64, W=16 "
+                                             r"scored from position 160"):
+        report.across_numbers((64, 16), (128, 32), [])
