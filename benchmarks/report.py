@@ -8,11 +8,10 @@ measured at), all written by ``benchmarks/untouched/run.sh`` to ``benchmarks/cur
 benchmark at each budget (``quality_B{B}_W{W}/quality.json``) and learned replayed on the positions a larger budget
 scores (``across_B{B}_from{N}/fidelity.json``, ``foresight eval fidelity --score-from N``), golden beside it: the
 oracle's margin bounds what a scorer that imitates it can show. Every number is recomputed from the per-trace records:
-pooled loss ratios and
-the pooled share of the best-heuristic -> golden gap with bootstrap intervals (:func:`evaluation.stats.pooled_bootstrap`),
-per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`), and the paired difference learned - best
-heuristic (:func:`evaluation.stats.paired_bootstrap`). ``tests/docs/test_readme.py`` fails when the committed
-files drift from the records.
+pooled loss ratios and the pooled share of the best-heuristic -> golden gap with bootstrap intervals
+(:func:`evaluation.stats.pooled_bootstrap`), per-trace means with theirs (:func:`evaluation.stats.mean_bootstrap`),
+and the paired difference learned - best heuristic (:func:`evaluation.stats.paired_bootstrap`).
+``tests/docs/test_readme.py`` fails when the committed files drift from the records.
 """
 
 from __future__ import annotations

@@ -125,8 +125,9 @@ def spread_keep(scores: torch.Tensor, num_keep: int, spread: float) -> torch.Ten
 
     The greedy loop runs on the scores reversed (so ``argmin``'s first hit among ties is the newest) between two
     sentinel columns (so both neighbours always exist), with padding at the lowest finite float and protected entries
-    at the largest (below the evicted mark, +inf): two tensor operations per evicted entry (its ``argmin``, then one
-    ``scatter_add_`` of +inf to it and of its gain to its neighbours), none reading a value back."""
+    at the largest (below the evicted mark, +inf). Each evicted entry is four small tensor operations (its
+    ``argmin``, its and its neighbours' columns, their additions, and one ``scatter_add_`` of +inf to it and of its
+    gain to its neighbours), none reading a value back."""
     c = scores.shape[-1]
     big = torch.finfo(torch.float32).max
     s = scores.float().reshape(-1, c).flip(-1).clamp(-big, big)  # finite, so that adding +inf evicts any entry
