@@ -17,19 +17,20 @@
 #
 # A DAgger round records packed rows of about 5.7 GB at B=64 (the scorer's feature groups only; `train sl` refuses a
 # round that will not fit, before any work). Measured at B=64 with HELDOUT=48 (2-core CPU, each stage alone,
-# 2026-12-07): about 1 h 17 min, the sum of its stages, and 1 h 8 min without the e2e stage (E2E_STEPS=0). Held-out
+# 2026-12-07): about 1 h 15 min, the sum of its stages, and 1 h 8 min without the e2e stage (E2E_STEPS=0). Held-out
 # traces 2.6 min, the 336 training traces 19.1 min (finished traces leave their batch, benchmarks/bench_trace.py),
 # golden labels 4.4 min, SL + three DAgger rounds 32.0 min (benchmarks/quality/train_sl.sh: the feature cache of the
 # scorer's groups 4.1 min, benchmarks/current/sl_features; round 0 trained in 2.5 min; rounds 1-3 recorded in 4.6 min
 # each, replays batched by length, benchmarks/bench_batching.py, rows of the scorer's groups, benchmarks/bench_rows.py;
 # trained in 2.7, 3.1 and 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train
-# e2e about 9.5 min on two threads (estimated: 13.6 min measured at 6c030f0, its steps since 1.43x faster in
-# alternating runs, 397e06c), the benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
+# e2e about 7.9 min on two ranks (estimated: 13.6 min measured at 6c030f0 as one process, its steps since 1.43x faster
+# in alternating runs, 397e06c, and two ranks 1.21x faster than one process, benchmarks/current/e2e_ranks), the
+# benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
 # 6c030f0) from the inputs of a full run earlier that day, and reproduced its outputs: the same traces, byte-identical
 # labels and scorers, every policy's per-trace CE in the benchmark equal.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
-# faster than one two-threaded process and robust to other load; train e2e, one process, runs two threads. Outputs
-# under $E (default runs/quality).
+# faster than one two-threaded process and robust to other load; train sl and train e2e run as two DeepSpeed ranks.
+# Outputs under $E (default runs/quality).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -40,7 +41,7 @@ TRAIN=${TRAIN:-0}        # 0: every finished training trace
 HELDOUT=${HELDOUT:-64}
 STEPS=${STEPS:-2400}
 ROUNDS=${ROUNDS:-3}
-E2E_STEPS=${E2E_STEPS:-144}   # train e2e steps after SL + DAgger (0: none), one trace a step
+E2E_STEPS=${E2E_STEPS:-72}    # train e2e steps after SL + DAgger (0: none), two traces a step (one per rank)
 E2E_TRACES=${E2E_TRACES:-96}  # on the first N training traces (4 problems of them held out)
 FEATURES=${FEATURES:-prekey,value,attn,age}   # the scorer's feature groups (foresight.feature_groups)
 TAG=""; [ "$FEATURES" != key,value,attn,age ] && TAG="_${FEATURES//,/-}"   # no tag: the first recipe's directories
@@ -75,10 +76,12 @@ if [ "$E2E_STEPS" != 0 ]; then
     stamp "loss-aware refinement: train e2e, $E2E_STEPS steps"
     E2E=$E/e2e_B${B}_W${W}${TAG}
     resume=""; [ -d $E2E/checkpoints ] && resume="--resume"
-    # one process: both cores' threads (8 steps took 34.8 s on two threads, 44.3 s on one)
-    [ -f $E2E/summary.json ] || OMP_NUM_THREADS=2 $PY -m foresight train e2e --config configs/e2e.yaml traces=$E/train_traces \
-        max_traces=$E2E_TRACES init_scorer=$SL/scorer out_dir=$E2E steps=$E2E_STEPS heldout=4 eval_traces=4 \
-        eval_before=false checkpoint_every=24 device=cpu $resume
+    # two single-threaded ranks, lr twice configs/e2e.yaml's for the doubled batch: 1.21x faster than one process on
+    # two threads, and a better scorer than its 144 steps of one trace (benchmarks/current/e2e_ranks)
+    [ -f $E2E/summary.json ] || DS_ACCELERATOR=cpu $PY -m foresight launch --nproc-per-node 2 \
+        --master-port ${PORT_E2E:-29812} train e2e --config configs/e2e.yaml traces=$E/train_traces \
+        max_traces=$E2E_TRACES init_scorer=$SL/scorer out_dir=$E2E steps=$E2E_STEPS lr=2.0e-4 heldout=4 eval_traces=4 \
+        eval_before=false checkpoint_every=12 device=cpu $resume
 fi
 stamp "quality benchmark"
 if [ "$ROUNDS" = 0 ]; then stages="--scorer sl=$SL/scorer"  # plain SL writes no rounds/
