@@ -29,8 +29,8 @@ RECORDS = REPO / "benchmarks" / "current" / "untouched"
 SETTINGS = ((64, 16), (128, 32))  # the headline's
 BUDGETS = ((32, 8), (64, 16), (128, 32))  # the quality-against-budget curve
 ACROSS = (((32, 8), (64, 16)), ((32, 8), (128, 32)), ((64, 16), (128, 32)))  # learned at one, heuristics at the other
-ACROSS_POLICIES = ("learned", "golden")  # replayed at the small budget on the larger one's positions
 LEARNED = "learned"
+ACROSS_POLICIES = (LEARNED, "golden")  # replayed at the small budget on the larger one's positions
 ROWS = ("full", "golden", LEARNED, "best", "h2o", "streaming_llm")
 LABELS = {
     "full": "full cache (reference)",

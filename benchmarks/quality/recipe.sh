@@ -77,7 +77,8 @@ if [ "$E2E_STEPS" != 0 ]; then
     E2E=$E/e2e_B${B}_W${W}${TAG}
     resume=""; [ -d $E2E/checkpoints ] && resume="--resume"
     # two single-threaded ranks, lr twice configs/e2e.yaml's for the doubled batch: 1.21x faster than one process on
-    # two threads, and a better scorer than its 144 steps of one trace (benchmarks/current/e2e_ranks)
+    # two threads, and a better scorer than that process's 144 steps of one trace at lr 1e-4
+    # (benchmarks/current/e2e_ranks)
     [ -f $E2E/summary.json ] || DS_ACCELERATOR=cpu $PY -m foresight launch --nproc-per-node 2 \
         --master-port ${PORT_E2E:-29812} train e2e --config configs/e2e.yaml traces=$E/train_traces \
         max_traces=$E2E_TRACES init_scorer=$SL/scorer out_dir=$E2E steps=$E2E_STEPS lr=2.0e-4 heldout=4 eval_traces=4 \

@@ -1,11 +1,13 @@
-"""benchmarks/report.py: the by-length groups of the half- and quarter-memory comparison."""
+"""benchmarks/report.py: the half- and quarter-memory comparison (its by-length groups, the records it needs)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
+from foresight.errors import ForesightError
 from tests.conftest import load_script
 
 
@@ -31,10 +33,6 @@ def test_by_length_groups_and_pools_as_by_hand():
 def test_across_numbers_needs_golden_beside_learned(tmp_path, monkeypatch):
     """A record of learned alone (as run.sh wrote before golden was replayed beside it) is refused in one line naming
     the file and the missing policy, not reported without the oracle's row."""
-    import json
-
-    from foresight.errors import ForesightError
-
     report = load_script("report.py")
     monkeypatch.setattr(report, "RECORDS", tmp_path)
     (tmp_path / "across_B64_from160").mkdir()
