@@ -37,7 +37,7 @@ from foresight.models import base_model_of, check_supported, model_fingerprint, 
 from foresight.observer import Observer
 from foresight.policies import EvictionPolicy, make_policy
 from foresight.schedule import CacheConfig, next_event, replay_schedule
-from foresight.views import EvictLayersView, EvictView, StepView, attention_probs, chunk_causal
+from foresight.views import EvictLayersView, EvictView, StepView, attention_probs, chunk_causal, kept_entries
 
 #: At an event where every layer evicts together, a policy that scores all layers at once (``scores_layers``) gets
 #: them in chunks holding at most this many bytes of keys and values (its features take a few times that).
@@ -265,9 +265,9 @@ class BudgetedCache(Cache):
         n_cand, n_keep = n - protected_newest, target - protected_newest
         view = EvictLayersView(layers=layers, keys=keys, values=values, positions=positions, valid=valid,
                                num_candidates=n_cand, num_keep=n_keep, event=self.events, step=self.step,
-                               rope=self.rope)
+                               rope=self.rope, sinks=self.config.sinks, protect_len=self.protect_len)
         with torch.no_grad():
-            keep = self._kept(view, self.policy.score_layers(view), positions, valid, n)
+            keep = self._kept(view, self.policy.score_layers(view), self.policy.select)
         if stacked:
             shared.gather(layers, keep)
         else:
@@ -355,7 +355,8 @@ class BudgetedCache(Cache):
             self.policy.end_event()
 
     def _choose(self, layer_idx: int, layer: BudgetedLayer, n: int, n_cand: int, n_keep: int) -> torch.Tensor:
-        """Indices (batch, Hkv, n_keep + newest) of the entries ``layer`` keeps, in cache order."""
+        """Indices (batch, Hkv, n_keep + newest) of the entries ``layer`` keeps, in cache order: the policy's
+        :meth:`~foresight.policies.base.EvictionPolicy.keep` under the cache's rule (:meth:`_kept`)."""
         view = EvictView(
             layer_idx=layer_idx,
             keys=layer.keys,
@@ -367,22 +368,15 @@ class BudgetedCache(Cache):
             event=self.events,
             step=self.step,
             rope=self.rope,
+            sinks=self.config.sinks,
+            protect_len=self.protect_len,
         )
-        return self._kept(view, self.policy.score(view), layer.positions, layer.valid, n)
+        return self.policy.keep(view, self._kept)
 
-    def _kept(self, view, scores: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:
-        """The entries kept (..., batch, Hkv, num_keep + newest), in cache order, given the policy's ``scores`` of the
-        candidates: padding goes first, sinks and the protected prompt stay, the policy selects among the rest."""
-        n_cand = view.num_candidates
-        scores = scores.float().masked_fill(~valid[..., :n_cand], float("-inf"))
-        protected = positions[..., :n_cand] < self.config.sinks
-        if self.protect_len is not None:
-            protected = protected | (positions[..., :n_cand] < self.protect_len[:, None, None])
-        scores = scores.masked_fill(protected & valid[..., :n_cand], float("inf"))
-        keep = self.policy.select(scores, view.num_keep, view)
-        keep = keep.sort(dim=-1).values
-        newest = torch.arange(n_cand, n, device=keep.device).expand(*keep.shape[:-1], -1)
-        return torch.cat([keep, newest], dim=-1)
+    def _kept(self, view, scores: torch.Tensor, select) -> torch.Tensor:
+        """The entries kept (..., batch, Hkv, num_keep + newest), in cache order, given the policy's candidate
+        ``scores`` and its ``select``: the cache's rule, :func:`~foresight.views.kept_entries`."""
+        return kept_entries(view, scores, select)
 
     # -- called by transformers' attention modules ----------------------------------------------------------------
     def update(self, key_states, value_states, layer_idx: int, *args, **kwargs):

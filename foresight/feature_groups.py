@@ -84,6 +84,7 @@ class LayerState:
     query_ok: torch.Tensor | None = None  # (b, R) whether each row is a real query (not padding)
     mri: torch.Tensor | None = None  # (b, Hkv, G, capacity) maximum recurrence interval (recency)
     slots: dict[int, torch.Tensor] | None = None  # last_slots(k) per count k, set at each event (ring_state)
+    windows: torch.Tensor | None = None  # window_weights(...) of the attn group, likewise
 
     def last(self, k: int, c: int) -> torch.Tensor:
         """Attention rows of the last ``min(k, filled)`` queries over the first ``c`` entries, oldest first."""
@@ -100,6 +101,17 @@ class LayerState:
 def ring_slots(head: int, k: int, size: int, device) -> torch.Tensor:
     """Slots of a ring of ``size`` rows holding the last ``k`` of ``head`` rows written, oldest first."""
     return torch.arange(head - k, head, device=device) % size
+
+
+def window_weights(head: int, filled: int, window: int, size: int, device) -> torch.Tensor:
+    """The attn group's window sums as weights over a ring of ``size`` rows after ``head`` rows written, ``filled`` of
+    them kept: (4, size) fp32, row ``j`` one at the slots of the last ``min(k_j, filled)`` rows for ``k`` in
+    ``(window, *SHORT_WINDOWS)`` and zero elsewhere. One matrix product with the ring sums every window, reading the
+    ring in its own order, contiguous over the entries, where gathering each window's rows would not."""
+    weights = torch.zeros(1 + len(SHORT_WINDOWS), size, device=device)
+    for j, k in enumerate((window, *SHORT_WINDOWS)):
+        weights[j, ring_slots(head, min(k, filled), size, device)] = 1.0
+    return weights
 
 
 def _group_key(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tensor:
@@ -120,11 +132,12 @@ def _group_attn(view: EvictView, ext: Any, st: LayerState, c: int) -> torch.Tens
     if st.rows is None or st.filled == 0:
         stats = torch.zeros(b, h, g, ATTN_STATS, c, device=view.keys.device)
     else:
-        last_w = st.last(ext.window, c)  # (b, h, g, <=W, c)
-        sums = [last_w.sum(3)] + [st.last(w, c).sum(3) for w in SHORT_WINDOWS]
-        stats = torch.stack(
-            [last_w.amax(3), last_w.amin(3), *sums, st.cum[..., :c], st.dec[..., :c]], dim=3
-        )  # (b, h, g, 8, c)
+        rows = st.rows[..., :c]  # (b, h, g, R, c), the ring in slot order
+        weights = st.windows if st.windows is not None else window_weights(st.head, st.filled, ext.window,
+                                                                            rows.shape[3], rows.device)
+        sums = torch.matmul(weights, rows)  # (b, h, g, 4, c): over the last W, 32, 16 and 8 queries
+        low, high = torch.aminmax(st.last(ext.window, c), dim=3, keepdim=True)
+        stats = torch.cat([high, low, sums, st.cum[..., None, :c], st.dec[..., None, :c]], dim=3)  # (b, h, g, 8, c)
     stats = torch.log(stats + LOG_EPS)
     return stats.reshape(b, h, g * ATTN_STATS, c).transpose(-1, -2)
 

@@ -42,6 +42,7 @@ from foresight.feature_groups import (
     feature_columns,
     feature_dim,
     ring_slots,
+    window_weights,
 )
 from foresight.recurrence import activate
 from foresight.views import EvictLayersView, EvictView, LayersView, StepView
@@ -66,7 +67,8 @@ class FeatureExtractor:
     decay: float = 0.9
     num_groups: int = field(default=1, init=False)
     _layers: list[LayerState] = field(default_factory=list, init=False, repr=False)
-    _slot_memo: dict = field(default_factory=dict, init=False, repr=False)  # (head % R, filled, device) -> slots
+    # (head % R, filled, device) -> the ring's slots and window weights (ring_state)
+    _slot_memo: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self):
         if not isinstance(self.window, int) or self.window <= 0:
@@ -289,11 +291,12 @@ class FeatureExtractor:
         if st.rows is not None:
             size = st.rows.shape[3]
             key = (st.head % size, st.filled, st.rows.device)
-            slots = self._slot_memo.get(key)
-            if slots is None:
+            memo = self._slot_memo.get(key)
+            if memo is None:
                 counts = {min(k, st.filled) for k in (self.window, *SHORT_WINDOWS)}
-                slots = self._slot_memo[key] = {k: ring_slots(st.head, k, size, st.rows.device) for k in counts}
-            st.slots = slots
+                memo = self._slot_memo[key] = ({k: ring_slots(st.head, k, size, st.rows.device) for k in counts},
+                                               window_weights(st.head, st.filled, self.window, size, st.rows.device))
+            st.slots, st.windows = memo
         return st
 
     def fold(self, st: LayerState) -> None:

@@ -63,6 +63,22 @@ def unrotate_keys(keys: torch.Tensor, positions: torch.Tensor, inv_freq: torch.T
     return (k * angles.cos() - rotated * angles.sin()) / scaling
 
 
+def kept_entries(view, scores: torch.Tensor, select) -> torch.Tensor:
+    """The entries a layer (or the stacked layers of an :class:`EvictLayersView`) keeps at an event, (..., batch,
+    Hkv, num_keep + protected newest) indices in cache order, from a policy's candidate ``scores`` (higher = keep):
+    padding goes first (``-inf``), the sinks and the protected prompt stay (``+inf``), ``select(scores, num_keep,
+    view)`` (the policy's selection) picks among the rest, and the protected newest entries stay. The cache's rule,
+    and what a policy that ranks and selects in one step (the learned policy's compiled events) computes."""
+    c, valid, positions = view.num_candidates, view.valid[..., : view.num_candidates], view.candidate_positions
+    scores = scores.float().masked_fill(~valid, float("-inf"))
+    protected = positions < view.sinks
+    if view.protect_len is not None:
+        protected = protected | (positions < view.protect_len[:, None, None])
+    keep = select(scores.masked_fill(protected & valid, float("inf")), view.num_keep, view).sort(dim=-1).values
+    newest = torch.arange(c, view.keys.shape[-2], device=keep.device).expand(*keep.shape[:-1], -1)
+    return torch.cat([keep, newest], dim=-1)
+
+
 def chunk_causal(q: int, n: int, device) -> torch.Tensor:
     """(q, n) mask: the q newest entries are the queries themselves (causal), older entries all visible."""
     j = torch.arange(n, device=device)
@@ -166,6 +182,8 @@ class _EventEntries:
     event: int
     step: int
     rope: tuple[torch.Tensor, float] | None = None
+    sinks: int = 0  # entries at positions below this are never evicted (the cache's attention sinks)
+    protect_len: torch.Tensor | None = None  # (batch,): nor those below each row's protected prompt length
 
     @property
     def candidate_positions(self) -> torch.Tensor:
@@ -225,7 +243,10 @@ class EvictLayersView(_EventEntries):
 
     def folded(self) -> EvictView:
         """The event's layers folded into the batch (``layer_idx`` -1: no single layer)."""
-        return self._view(-1, lambda t: t.flatten(0, 1))
+        view = self._view(-1, lambda t: t.flatten(0, 1))
+        if view.protect_len is not None:  # a row's protected prompt, for each layer's copy of the row
+            view.protect_len = view.protect_len.repeat(self.num_layers)
+        return view
 
     def layer(self, i: int) -> EvictView:
         """The :class:`EvictView` of the ``i``-th of these layers (model layer ``layers[i]``)."""

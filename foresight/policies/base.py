@@ -7,7 +7,8 @@ A policy is a dataclass (its fields are its validated hyperparameters) with up t
   (only called when ``observes = True``, so policies that need no attention cost nothing); a policy that sets
   ``observes_layers = True`` gets a decode step of every layer at once instead (:meth:`EvictionPolicy.observe_layers`,
   one batched attention, no per-layer calls), and must leave the same state as ``observe`` layer by layer;
-* :meth:`EvictionPolicy.score` at an eviction event: one score per candidate, higher = keep;
+* :meth:`EvictionPolicy.score` at an eviction event: one score per candidate, higher = keep (the runtime asks
+  :meth:`EvictionPolicy.keep`, which ranks them and applies ``select``);
 * :meth:`EvictionPolicy.on_evict` after the runtime gathered the kept entries, so per-entry state stays
   aligned with the cache. :class:`EntryState` does that bookkeeping for the common case.
 
@@ -34,7 +35,7 @@ import torch
 from foresight.config import MAX_SEED
 from foresight.errors import ForesightError
 from foresight.sampling import top_keep
-from foresight.views import EvictLayersView, EvictView, LayersView, StepView
+from foresight.views import EvictLayersView, EvictView, LayersView, StepView, kept_entries
 
 
 @dataclass
@@ -73,6 +74,12 @@ class EvictionPolicy:
         """Pick ``num_keep`` candidate indices per (batch, head); default: deterministic top-k, ties keeping the
         older entry on every device (:func:`~foresight.sampling.top_keep`)."""
         return top_keep(scores, num_keep)
+
+    def keep(self, view: EvictView, rule=kept_entries) -> torch.Tensor:
+        """The entries the layer of ``view`` keeps, (batch, Hkv, num_keep + protected newest) in cache order: the
+        cache's ``rule(view, scores, select)`` (:func:`~foresight.views.kept_entries`) over :meth:`score` with
+        :meth:`select`. A policy may compute the same in one step (the learned policy's compiled events)."""
+        return rule(view, self.score(view), self.select)
 
     def score_layers(self, view: EvictLayersView) -> torch.Tensor:
         """Return (L, batch, Hkv, num_candidates) scores of the layers ``view.layers`` at once (only called when

@@ -18,9 +18,9 @@ from foresight.errors import ForesightError
 from foresight.feature_groups import log_age
 from foresight.policies.base import EvictionPolicy, check_range, check_seed
 from foresight.policies.registry import register_policy
-from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep
+from foresight.sampling import EvictionDraw, kept_indices, layer_generators, sample_eviction, spread_keep, top_keep
 from foresight.scorer import SELECTIONS, Scorer, layer_scores, layers_scores
-from foresight.views import EvictLayersView, EvictView, LayersView, StepView
+from foresight.views import EvictLayersView, EvictView, LayersView, StepView, kept_entries
 
 
 CPP_COMPILERS = ("g++", "clang++", "c++")
@@ -48,6 +48,21 @@ def event_scores(extractor, view: EvictView, state, params: tuple, bonus: float,
     else:
         raw = layers_scores(feats.unflatten(0, (num_layers, -1)), *params).flatten(0, 1)
     return feats, adjusted(view, raw, bonus, prior), finite_flags(view, raw, num_layers or 1)
+
+
+def topk_keep(scores: torch.Tensor, num_keep: int, spread: float) -> torch.Tensor:
+    """``selection=topk``'s kept candidates: the highest ``scores`` (:func:`~foresight.sampling.top_keep`), with
+    :func:`~foresight.sampling.spread_keep` when ``spread`` is nonzero."""
+    return spread_keep(scores, num_keep, spread) if spread else top_keep(scores, num_keep)
+
+
+def event_keep(extractor, view: EvictView, state, params: tuple, bonus: float, prior: float,
+               spread: float) -> tuple[torch.Tensor, ...]:
+    """One layer's whole event under ``selection=topk``, as ``compile=true`` runs it, in one compiled call:
+    :func:`event_scores`, then the cache's rule (:func:`~foresight.views.kept_entries`) with :func:`topk_keep`.
+    Returns the features, the kept entries and the finite flags."""
+    feats, scores, ok = event_scores(extractor, view, state, params, bonus, prior)
+    return feats, kept_entries(view, scores, lambda s, k, v: topk_keep(s, k, spread)), ok
 
 
 def adjusted(view, scores: torch.Tensor, bonus: float, prior: float) -> torch.Tensor:
@@ -139,6 +154,7 @@ class LearnedPolicy(EvictionPolicy):
     _finite: list = field(default_factory=list, init=False, repr=False)
     _event_fn: Any = field(default=None, init=False, repr=False)
     _spread_fn: Any = field(default=None, init=False, repr=False)
+    _keep_fn: Any = field(default=None, init=False, repr=False)
     on_features: Any = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
@@ -180,6 +196,10 @@ class LearnedPolicy(EvictionPolicy):
                 raise ValueError(f"compile={self.compile!r} is not a torch.compile backend; use true or one of "
                                  f"{', '.join(torch._dynamo.list_backends())}") from None
             self._spread_fn = torch.compile(spread_keep, backend=backend, dynamic=False)
+            if self.applied_selection == "topk" and all(getattr(type(self), name) is getattr(LearnedPolicy, name)
+                                                         for name in ("score", "select", "keep_topk", "adjust")):
+                # a subclass that ranks or selects otherwise (DAgger's mixture) keeps the two steps
+                self._keep_fn = torch.compile(event_keep, backend=backend, dynamic=False)
 
     def _check_selection_args(self) -> None:
         """Refuse an argument the selection in use never reads: recorded with the results, it would claim a draw or
@@ -289,22 +309,44 @@ class LearnedPolicy(EvictionPolicy):
         ``on_features`` callback waits for one layer's features."""
         return self.applied_selection == "topk" and self.on_features is None
 
-    @torch.no_grad()
-    def score(self, view: EvictView) -> torch.Tensor:
-        if view.layer_idx == 0:
-            self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[1], None, view.keys.shape[-1])
-        if self._event_fn is not None:
-            state = self._extractor.layer_state(view.layer_idx)
-            feats, scores, ok = self._event_fn(self._extractor, view, state, self._scorer.layer_params(view.layer_idx),
-                                               self.applied_newcomer_bonus, self.applied_age_prior)
-        else:
-            feats = self._extractor.features(view)
-            raw = self._layer_scores(view, feats)
-            scores, ok = self.adjust(view, raw), finite_flags(view, raw, 1)
+    def _compiled_event(self, fn, view: EvictView, *args) -> torch.Tensor:
+        """One layer's event by the compiled ``fn`` (:func:`event_scores` or :func:`event_keep`, its extra ``args``
+        after the adjustments); returns its second output, after the callback and the finite check's note."""
+        feats, out, ok = fn(self._extractor, view, self._extractor.layer_state(view.layer_idx),
+                            self._scorer.layer_params(view.layer_idx), self.applied_newcomer_bonus,
+                            self.applied_age_prior, *args)
+        self._scored(view, feats, ok)
+        return out
+
+    def _scored(self, view: EvictView, feats: torch.Tensor, ok: torch.Tensor) -> None:
+        """After a layer's scores: the ``on_features`` callback, and the finite flags read at the event's end."""
         if self.on_features is not None:
             self.on_features(view, feats)
         self._finite.append((view.event, range(view.layer_idx, view.layer_idx + 1), ok))
-        return scores
+
+    def _check_layers(self, view: EvictView) -> None:
+        if view.layer_idx == 0:
+            self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[1], None, view.keys.shape[-1])
+
+    @torch.no_grad()
+    def score(self, view: EvictView) -> torch.Tensor:
+        self._check_layers(view)
+        if self._event_fn is not None:
+            return self._compiled_event(self._event_fn, view)
+        feats = self._extractor.features(view)
+        raw = self._layer_scores(view, feats)
+        self._scored(view, feats, finite_flags(view, raw, 1))
+        return self.adjust(view, raw)
+
+    @torch.no_grad()
+    def keep(self, view: EvictView, rule=kept_entries) -> torch.Tensor:
+        """Compiled (``compile``, ``selection=topk``): the scores, the cache's rule (:func:`kept_entries`, what
+        ``rule`` applies) and the top-k in one compiled call (:func:`event_keep`), the same entries as the two
+        steps."""
+        if self._keep_fn is None:
+            return super().keep(view, rule)
+        self._check_layers(view)
+        return self._compiled_event(self._keep_fn, view, self.topk_spread)
 
     def _layer_scores(self, view: EvictView, feats: torch.Tensor) -> torch.Tensor:
         """The scorer's (B, Hkv, C) scores of the candidate features of ``view``'s layer (called without gradient)."""
@@ -341,9 +383,9 @@ class LearnedPolicy(EvictionPolicy):
     def keep_topk(self, scores, num_keep, view):
         """``selection=topk``'s kept indices: the highest scores, with this policy's spread when it has one."""
         spread = self.topk_spread
-        if not spread:
-            return super().select(scores, num_keep, view)
-        return (self._spread_fn or spread_keep)(scores, num_keep, spread)
+        if spread and self._spread_fn is not None:
+            return self._spread_fn(scores, num_keep, spread)
+        return topk_keep(scores, num_keep, spread)
 
     def select(self, scores, num_keep, view):
         if self.applied_selection == "topk":

@@ -77,10 +77,34 @@ def test_events_compile_once_per_state_not_per_event():
     policy = make_policy("learned", scorer=_scorer(model), compile=counter, **ARGS)
     out = foresight.replay(model, _seqs((120,)), policy, B, W, engine="layer-major")
     frames = counter.frame_count
-    # ring fills 20, 24, 28, 32 of R = 32 rows, the first event, the spread
+    # ring fills 20, 24, 28, 32 of R = 32 rows, the first event (each one graph, scores to kept entries)
     assert out.stats["evictions"] > 20 and 2 <= frames <= 8
     again = foresight.replay(model, _seqs((300,), seed=1), policy, B, W, engine="layer-major")
     assert again.stats["evictions"] > 60 and counter.frame_count == frames, frames
+
+
+def test_a_layer_event_is_one_compiled_call_unless_a_subclass_selects_otherwise():
+    """Under ``topk`` a layer's event, from its features to the entries it keeps, is one compiled graph; a subclass
+    that overrides the selection (DAgger's mixture) scores in one and selects in another (the spread's), and
+    both keep what the eager events keep."""
+    from foresight.policies.learned import LearnedPolicy
+
+    class Mine(LearnedPolicy):
+        def select(self, scores, num_keep, view):
+            return super().select(scores, num_keep, view)
+
+    model, _ = get_model("tiny-llama")
+    sc = _scorer(model)
+    _, ref_kept = _replay(model, make_policy("learned", scorer=sc, **ARGS), _seqs((90,)), "layer-major")
+    frames = []
+    for policy in (make_policy, lambda name, **kw: Mine(**kw)):
+        torch._dynamo.reset()
+        counter = CompileCounter()
+        _, kept = _replay(model, policy("learned", scorer=sc, compile=counter, **ARGS), _seqs((90,)), "layer-major")
+        assert len(kept) == len(ref_kept) > 0 and all(torch.equal(a, b) for a, b in zip(ref_kept, kept))
+        frames.append(counter.frame_count)
+    assert frames[1] == frames[0] + 1, frames  # the subclass's spread, compiled on its own
+    torch._dynamo.reset()
 
 
 def test_compiled_events_decode_as_eager_ones():
@@ -143,5 +167,5 @@ def test_past_the_recompile_limit_events_run_eagerly_rather_than_fail():
             got, got_kept = _replay(model, policy, _seqs(lengths), "layer-major")
             ref, ref_kept = _replay(model, make_policy("learned", scorer=sc, **ARGS), _seqs(lengths), "layer-major")
             assert all(torch.equal(a, b) for a, b in zip(ref_kept, got_kept)) and len(got_kept) == len(ref_kept)
-    assert counter.frame_count == 2  # the first shape's first event and spread; then the limit
+    assert counter.frame_count == 1  # the first shape's first event (scores to kept entries, one graph); the limit
     torch._dynamo.reset()

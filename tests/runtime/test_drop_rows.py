@@ -51,9 +51,9 @@ class Spy:
             self._entry(cache).append(("select", rows.tolist()))
             return select(cache, rows)
 
-        def kept_spy(cache, view, scores, positions, valid, n):
-            keep = kept(cache, view, scores, positions, valid, n)
-            self._entry(cache).append(("keep", (positions.gather(-1, keep), scores)))
+        def kept_spy(cache, view, scores, select):
+            keep = kept(cache, view, scores, select)
+            self._entry(cache).append(("keep", (view.positions.gather(-1, keep), scores)))
             return keep
 
         monkeypatch.setattr(BudgetedCache, "select_rows", select_spy)
