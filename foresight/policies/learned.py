@@ -325,6 +325,7 @@ class LearnedPolicy(EvictionPolicy):
         self._finite.append((view.event, range(view.layer_idx, view.layer_idx + 1), ok))
 
     def _check_layers(self, view: EvictView) -> None:
+        """At each event's first layer: refuse a cache whose layers, KV heads or head size are not the scorer's."""
         if view.layer_idx == 0:
             self._scorer.check_shape(self._scorer.config.num_layers, view.keys.shape[1], None, view.keys.shape[-1])
 
