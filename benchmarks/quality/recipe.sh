@@ -25,9 +25,9 @@
 # trained in 2.7, 3.1 and 4.3 min, the aggregated rows outgrowing the page cache of a 24 GB machine by round 3), train
 # e2e about 7.9 min on two ranks (estimated: 13.6 min measured at 6c030f0 as one process, its steps since 1.43x faster
 # in alternating runs, 397e06c, and two ranks 1.21x faster than one process, benchmarks/current/e2e_ranks), the
-# benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to
-# 6c030f0, the e2e stage then one two-threaded process) from the inputs of a full run earlier that day, and reproduced
-# its outputs: the same traces, byte-identical labels and scorers, every policy's per-trace CE in the benchmark equal.
+# benchmark 9.4 min on two ranks. Each stage was rerun on its own (commits 92e742a to 6c030f0, the e2e stage then one
+# two-threaded process) from the inputs of a full run earlier that day, and reproduced its outputs: the same traces,
+# byte-identical labels and scorers, every policy's per-trace CE in the benchmark equal.
 # Stages use two single-threaded processes where the work shards (traces, labels, the benchmark): on two cores that is
 # faster than one two-threaded process and robust to other load; train sl and train e2e run as two DeepSpeed ranks.
 # Outputs under $E (default runs/quality).

@@ -31,8 +31,8 @@ def test_by_length_groups_and_pools_as_by_hand():
 
 
 def test_across_numbers_needs_golden_beside_learned(tmp_path, monkeypatch):
-    """A record of learned alone (as run.sh wrote before golden was replayed beside it) is refused in one line naming
-    the file and the missing policy, not reported without the oracle's row."""
+    """A record of learned alone is refused in one line naming the file and the missing policy, not reported without
+    the oracle's row."""
     report = load_script("report.py")
     monkeypatch.setattr(report, "RECORDS", tmp_path)
     (tmp_path / "across_B64_from160").mkdir()
